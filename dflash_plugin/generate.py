@@ -1,0 +1,158 @@
+"""Reference decoding on Hugging Face models: plain autoregressive decoding, and DFlash
+speculative decoding (`spec_generate`). Batch size 1; the oracle the engine adapters are
+tested against."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+from transformers import DynamicCache
+
+from dflash_plugin import kv_cache
+from dflash_plugin.acceptance import SpecStats, chain_children, greedy_accept, walk_tree
+from dflash_plugin.drafter import DFlashDraftModel
+from dflash_plugin.errors import DFlashError
+from dflash_plugin.features import FeatureCapture, check_pair
+from dflash_plugin.layout import block_input_ids
+from dflash_plugin.sampling import SamplingParams, choose_tokens
+
+
+@dataclass
+class GenerationResult:
+    token_ids: list[int]  # generated tokens only
+    finish_reason: str  # "stop" (a stop token was emitted) or "length"
+    num_target_passes: int
+    wall_s: float
+    stats: SpecStats = field(default_factory=SpecStats)
+
+    @property
+    def tokens_per_s(self) -> float:
+        return len(self.token_ids) / self.wall_s if self.wall_s > 0 else 0.0
+
+
+class _Output:
+    """Collects emitted tokens, applying stop tokens and the length limit."""
+
+    def __init__(self, max_new_tokens: int, stop_token_ids: set[int]):
+        self.tokens: list[int] = []
+        self.max_new_tokens = max_new_tokens
+        self.stop_token_ids = stop_token_ids
+        self.finish_reason: str | None = None
+
+    @property
+    def remaining(self) -> int:
+        return self.max_new_tokens - len(self.tokens)
+
+    def emit(self, tokens: list[int]):
+        for token in tokens:
+            self.tokens.append(token)
+            if token in self.stop_token_ids:
+                self.finish_reason = "stop"
+                return
+            if self.remaining == 0:
+                self.finish_reason = "length"
+                return
+
+
+def _check_request(input_ids: torch.Tensor, max_new_tokens: int, target: nn.Module):
+    if input_ids.dim() != 2 or input_ids.shape[0] != 1:
+        raise DFlashError(f"input_ids must have shape [1, T], got {tuple(input_ids.shape)}")
+    if max_new_tokens < 1:
+        raise DFlashError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    limit = getattr(target.config, "max_position_embeddings", None)
+    if limit is not None and input_ids.shape[1] + max_new_tokens > limit:
+        raise DFlashError(f"prompt of {input_ids.shape[1]} tokens plus max_new_tokens "
+                          f"{max_new_tokens} exceeds the target's context of {limit} tokens")
+
+
+@torch.inference_mode()
+def generate_plain(target: nn.Module, input_ids: torch.Tensor, max_new_tokens: int,
+                   sampling: SamplingParams = SamplingParams(), seed: int = 0,
+                   stop_token_ids: set[int] | frozenset = frozenset()) -> GenerationResult:
+    """The target alone, one token per pass: the baseline every speculative path must match."""
+    _check_request(input_ids, max_new_tokens, target)
+    generator = torch.Generator().manual_seed(seed)
+    cache = DynamicCache(config=target.config)
+    out = _Output(max_new_tokens, set(stop_token_ids))
+    began = time.perf_counter()
+    logits = target(input_ids, past_key_values=cache, use_cache=True).logits[0, -1]
+    passes = 1
+    while True:
+        token = int(choose_tokens(logits, sampling, generator))
+        out.emit([token])
+        if out.finish_reason:
+            break
+        logits = target(torch.tensor([[token]]), past_key_values=cache, use_cache=True).logits[0, -1]
+        passes += 1
+    return GenerationResult(out.tokens, out.finish_reason, passes, time.perf_counter() - began)
+
+
+class SpecDecoder:
+    """DFlash speculative decoding of one request at a time on a Hugging Face target."""
+
+    def __init__(self, target: nn.Module, drafter: DFlashDraftModel, block_size: int | None = None):
+        check_pair(target, drafter.fields, drafter.config.hidden_size, drafter.config.vocab_size)
+        self.target = target
+        self.drafter = drafter
+        self.block_size = block_size or drafter.block_size
+        if self.block_size < 2:
+            raise DFlashError(f"block size must be >= 2, got {self.block_size}")
+        self.capture = FeatureCapture(target, drafter.fields.target_layer_ids)
+        self.embed = target.get_input_embeddings()
+        self.lm_head = target.get_output_embeddings()
+
+    def draft(self, bonus: int, start: int, context: torch.Tensor, cache, block: int) -> torch.Tensor:
+        """block-1 draft tokens after `bonus` (at position `start`), from one drafter pass.
+
+        context: fused features of the positions [len(cache), start) not yet in the cache.
+        """
+        ids = torch.tensor([block_input_ids(bonus, self.drafter.mask_token_id, block)])
+        ctx_positions = torch.arange(len(cache), start)[None]
+        block_positions = torch.arange(start, start + block)[None]
+        hidden = self.drafter(self.embed(ids), context, block_positions, ctx_positions, cache=cache)
+        logits = self.drafter.draft_logits(hidden[0, 1:], self.lm_head)
+        return self.drafter.to_target_ids(logits.argmax(dim=-1))
+
+    @torch.inference_mode()
+    def generate(self, input_ids: torch.Tensor, max_new_tokens: int,
+                 sampling: SamplingParams = SamplingParams(), seed: int = 0,
+                 stop_token_ids: set[int] | frozenset = frozenset()) -> GenerationResult:
+        _check_request(input_ids, max_new_tokens, self.target)
+        generator = torch.Generator().manual_seed(seed)
+        out = _Output(max_new_tokens, set(stop_token_ids))
+        stats = SpecStats()
+        target_cache = DynamicCache(config=self.target.config)
+        draft_cache = self.drafter.new_cache()
+        began = time.perf_counter()
+        with self.capture.active():
+            logits = self.target(input_ids, past_key_values=target_cache, use_cache=True).logits
+            passes = 1
+            bonus = int(choose_tokens(logits[0, -1], sampling, generator))
+            features = self.capture.take()
+            start = input_ids.shape[1]
+            out.emit([bonus])
+            while not out.finish_reason:
+                # Never verify more tokens than may still be emitted.
+                block = min(self.block_size, out.remaining + 1)
+                context = self.drafter.fuse_context(features)
+                drafts = self.draft(bonus, start, context, draft_cache, block)
+                verify_ids = torch.cat([torch.tensor([bonus]), drafts])[None]
+                logits = self.target(verify_ids, past_key_values=target_cache, use_cache=True).logits
+                passes += 1
+                target_tokens = choose_tokens(logits[0], sampling, generator)
+                if sampling.greedy:
+                    verdict = greedy_accept(drafts, target_tokens)
+                else:
+                    verdict = walk_tree(chain_children(block - 1, drafts.tolist()), target_tokens)
+                stats.record(verdict, block - 1)
+                n = len(verdict.accepted_tokens)
+                features = self.capture.take()[:, : n + 1]
+                start += n + 1
+                kv_cache.truncate(target_cache, start)
+                bonus = verdict.bonus_token
+                out.emit(verdict.accepted_tokens + [bonus])
+        return GenerationResult(out.tokens, out.finish_reason, passes,
+                                time.perf_counter() - began, stats)
