@@ -1,0 +1,118 @@
+"""Generate text with the target alone or with DFlash speculative decoding (Hugging Face
+reference path, batch size 1). Prints one JSON object per prompt."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import torch
+from tqdm import tqdm
+
+from dflash_plugin.errors import DFlashError
+from dflash_plugin.sampling import SamplingParams
+
+HELP = "generate text with or without DFlash speculation (reference path)"
+DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
+
+
+def add_arguments(p):
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("--prompt", help="one prompt text")
+    source.add_argument("--prompts-file", help='JSONL with {"prompt": ...} or {"turns": [...]}')
+    p.add_argument("--target", help="Hugging Face target folder (default: embedded SmolLM2-135M)")
+    p.add_argument("--draft", help="DFlash drafter folder (default: the shipped drafter)")
+    p.add_argument("--no-speculation", action="store_true", help="decode with the target alone")
+    p.add_argument("--compare", action="store_true",
+                   help="also decode without speculation and report the speedup")
+    p.add_argument("--speculative-algorithm", default="DFLASH", type=str.upper,
+                   choices=["DFLASH", "DDTREE"], help="linear blocks or draft trees")
+    p.add_argument("--tree-budget", type=int, default=32, help="DDTREE: nodes per draft tree")
+    p.add_argument("--temperature", type=float, default=0.0)
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--top-k", type=int, default=0)
+    p.add_argument("--max-new-tokens", type=int, default=256)
+    p.add_argument("--block-size", type=int, default=None, help="default: the drafter's")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--dtype", choices=list(DTYPES), default="bfloat16")
+    p.add_argument("--output", help="write the JSON lines here instead of stdout")
+
+
+def build_decoder(args, target):
+    """A callable (input_ids, max_new, sampling, seed, stops) -> GenerationResult."""
+    from dflash_plugin.checkpoint import load_drafter
+    from dflash_plugin.defaults import default_drafter_path
+    from dflash_plugin.generate import SpecDecoder
+
+    drafter = load_drafter(args.draft or default_drafter_path(), dtype=DTYPES[args.dtype])
+    if args.speculative_algorithm == "DDTREE":
+        from dflash_plugin.tree_decode import TreeDecoder
+        return TreeDecoder(target, drafter, budget=args.tree_budget, block_size=args.block_size).generate
+    return SpecDecoder(target, drafter, block_size=args.block_size).generate
+
+
+def _row(result, **extra) -> dict:
+    return {"token_ids": result.token_ids, "num_target_passes": result.num_target_passes,
+            "mean_accept_length": round(result.stats.mean_accept_length, 4) if result.stats.num_steps else 1.0,
+            "wall_s": round(result.wall_s, 4), "tokens_per_s": round(result.tokens_per_s, 2),
+            "finish_reason": result.finish_reason, **extra}
+
+
+def run_conversation(decode, tokenizer, turns, args, sampling, stops):
+    """Decode every turn, feeding earlier answers back (multi-turn prompts)."""
+    from dflash_plugin.prompt_io import encode_chat
+
+    messages, results = [], []
+    for turn in turns:
+        messages.append({"role": "user", "content": turn})
+        ids = torch.tensor([encode_chat(tokenizer, messages)])
+        result = decode(ids, args.max_new_tokens, sampling, args.seed, stops)
+        results.append(result)
+        answer = [t for t in result.token_ids if t not in stops]
+        messages.append({"role": "assistant", "content": tokenizer.decode(answer)})
+    return results
+
+
+def _merge(results):
+    """One result for a multi-turn conversation: tokens concatenated, stats pooled."""
+    from dflash_plugin.generate import GenerationResult
+
+    merged = GenerationResult([t for r in results for t in r.token_ids], results[-1].finish_reason,
+                              sum(r.num_target_passes for r in results), sum(r.wall_s for r in results))
+    for r in results:
+        merged.stats.accept_lengths += r.stats.accept_lengths
+        merged.stats.drafted_tokens += r.stats.drafted_tokens
+    return merged
+
+
+def run(args) -> int:
+    from dflash_plugin.generate import generate_plain
+    from dflash_plugin.prompt_io import read_prompts_file, stop_token_ids
+    from dflash_plugin.target import load_target
+
+    sampling = SamplingParams(args.temperature, args.top_p, args.top_k)
+    if args.max_new_tokens < 1:
+        raise DFlashError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
+    records = read_prompts_file(args.prompts_file) if args.prompts_file else [{"turns": [args.prompt]}]
+    target, tokenizer = load_target(args.target, dtype=DTYPES[args.dtype])
+    stops = stop_token_ids(tokenizer, getattr(target, "generation_config", None))
+    plain = lambda ids, n, s, seed, stop: generate_plain(target, ids, n, s, seed, stop)  # noqa: E731
+    decode = plain if args.no_speculation else build_decoder(args, target)
+    out = open(args.output, "w") if args.output else sys.stdout
+    try:
+        for rec in tqdm(records, desc="prompts", disable=len(records) < 2, file=sys.stderr):
+            result = _merge(run_conversation(decode, tokenizer, rec["turns"], args, sampling, stops))
+            row = _row(result, prompt=rec["turns"][0] if len(rec["turns"]) == 1 else rec["turns"],
+                       text=tokenizer.decode(result.token_ids, skip_special_tokens=True))
+            if args.compare and not args.no_speculation:
+                base = _merge(run_conversation(plain, tokenizer, rec["turns"], args, sampling, stops))
+                row.update(baseline_tokens_per_s=round(base.tokens_per_s, 2),
+                           speedup=round(base.wall_s / result.wall_s * len(result.token_ids)
+                                         / max(1, len(base.token_ids)), 3),
+                           identical_to_baseline=base.token_ids == result.token_ids)
+            out.write(json.dumps(row) + "\n")
+            out.flush()
+    finally:
+        if out is not sys.stdout:
+            out.close()
+    return 0

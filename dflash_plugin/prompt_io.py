@@ -1,0 +1,50 @@
+"""Reading prompt files and formatting prompts for a target (chat template for instruct models)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from dflash_plugin.errors import DFlashError
+
+
+def read_prompts_file(path: str | Path) -> list[dict]:
+    """Lines of {"prompt": str} or {"turns": [str, ...]}; returns dicts with a "turns" list."""
+    records = []
+    with open(path) as f:
+        for number, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise DFlashError(f"{path}:{number}: not JSON ({err})") from err
+            if isinstance(rec.get("turns"), list) and rec["turns"]:
+                turns = [str(t) for t in rec["turns"]]
+            elif isinstance(rec.get("prompt"), str):
+                turns = [rec["prompt"]]
+            else:
+                raise DFlashError(f"{path}:{number}: needs a \"prompt\" string or a \"turns\" list")
+            records.append({**rec, "turns": turns})
+    if not records:
+        raise DFlashError(f"{path} holds no prompts")
+    return records
+
+
+def encode_chat(tokenizer, messages: list[dict]) -> list[int]:
+    """Prompt ids for a conversation, ready for the assistant's next answer."""
+    if getattr(tokenizer, "chat_template", None):
+        return list(tokenizer.apply_chat_template(messages, add_generation_prompt=True,
+                                                  tokenize=True, return_dict=True)["input_ids"])
+    return tokenizer("\n".join(m["content"] for m in messages))["input_ids"]
+
+
+def stop_token_ids(tokenizer, generation_config=None) -> set[int]:
+    """EOS ids of the tokenizer and the model's generation config."""
+    ids = set()
+    for source in (tokenizer.eos_token_id, getattr(generation_config, "eos_token_id", None)):
+        if isinstance(source, int):
+            ids.add(source)
+        elif isinstance(source, (list, tuple)):
+            ids.update(source)
+    return ids

@@ -1,0 +1,59 @@
+"""Turning a stored sequence into a training example: random anchors, each starting a block.
+
+All layout rules (mask, positions, loss weights) come from `dflash_plugin.layout`, the same
+module the inference loop uses.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from dflash_plugin.layout import loss_weights, training_attention_mask, training_block_positions
+
+
+@dataclass
+class BlockBatch:
+    block_ids: torch.Tensor  # [N*B] bonus token then masks, per block
+    block_positions: torch.Tensor  # [N*B]
+    labels: torch.Tensor  # [N*B] the token at each block position
+    weights: torch.Tensor  # [N*B] loss weight; 0 for the bonus position and past the sequence
+    attn_mask: torch.Tensor  # [N*B, S + N*B] boolean
+    context_len: int
+    num_blocks: int
+
+
+def sample_anchors(prompt_len: int, seq_len: int, num_anchors: int,
+                   generator: torch.Generator) -> torch.Tensor:
+    """Sorted anchors among response positions that have at least one token after them.
+
+    An anchor is a token the target produced (at inference, the bonus token), so anchors start
+    at the first response token.
+    """
+    candidates = torch.arange(prompt_len, seq_len - 1)
+    if candidates.numel() == 0:
+        raise ValueError(f"sequence of {seq_len} tokens has no response token to anchor on")
+    pick = torch.randperm(candidates.numel(), generator=generator)[:num_anchors]
+    return candidates[pick].sort().values
+
+
+def make_block_batch(input_ids: torch.Tensor, anchors: torch.Tensor, block_size: int,
+                     mask_token_id: int, gamma: float) -> BlockBatch:
+    seq_len = input_ids.numel()
+    positions = training_block_positions(anchors, block_size)
+    inside = positions < seq_len
+    labels = input_ids[positions.clamp(max=seq_len - 1)]
+    block_ids = torch.full_like(labels, mask_token_id)
+    block_ids[::block_size] = input_ids[anchors]
+    weights = loss_weights(block_size, gamma).repeat(anchors.numel()) * inside
+    return BlockBatch(block_ids, positions, labels, weights,
+                      training_attention_mask(anchors, seq_len, block_size), seq_len,
+                      anchors.numel())
+
+
+def leading_matches(correct: torch.Tensor, block_size: int) -> torch.Tensor:
+    """Per block, how many drafted positions (1..B-1) are right before the first miss:
+    under teacher forcing on the target's own greedy output this is the accepted length - 1."""
+    per_block = correct.view(-1, block_size)[:, 1:].int()
+    return torch.cumprod(per_block, dim=1).sum(dim=1)

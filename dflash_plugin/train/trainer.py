@@ -1,0 +1,186 @@
+"""Stage 4 of training: fit the drafter on stored target features.
+
+Random anchors per sequence, each starting a block; cross-entropy weighted exp(-(k-1)/gamma)
+per block position; the target's embedding and LM head are frozen and shared; AdamW with a
+cosine schedule and warm-up, gradient clipping, bf16 autocast on CPU; deterministic seeds; a
+checkpoint (published format + optimizer state) that a re-run resumes from.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from torch.nn import functional as F
+from tqdm import tqdm
+
+from dflash_plugin.checkpoint import load_drafter, save_drafter
+from dflash_plugin.config import make_config
+from dflash_plugin.drafter import DFlashDraftModel
+from dflash_plugin.layout import default_gamma
+from dflash_plugin.train.batches import leading_matches, make_block_batch, sample_anchors
+from dflash_plugin.train.feature_store import FeatureStore
+
+STATE_FILE = "train_state.pt"
+
+
+@dataclass
+class TrainConfig:
+    store: str
+    out_dir: str
+    num_draft_layers: int = 3
+    block_size: int = 16
+    mask_token_id: int = 0
+    gamma: float | None = None  # None: the paper's value for the block size
+    draft_vocab_size: int | None = None  # None: the target's full vocabulary
+    epochs: float = 6.0
+    anchors_per_seq: int = 48
+    seqs_per_step: int = 4
+    lr: float = 6e-4
+    warmup_ratio: float = 0.04
+    weight_decay: float = 0.0
+    grad_clip: float = 1.0
+    seed: int = 0
+    save_every: int = 100
+    max_steps: int | None = None  # stop early (smoke tests), keeping the schedule of `epochs`
+
+
+def select_draft_vocab(store: FeatureStore, size: int) -> torch.Tensor:
+    """The `size` most frequent response tokens (sorted ids): the draft can only propose these."""
+    counts = Counter()
+    for seq in store.sequences:
+        counts.update(seq.input_ids[seq.prompt_len:])
+    ids = [tok for tok, _ in counts.most_common(size)]
+    filler = (i for i in range(store.meta.get("vocab_size", 1 << 30)) if i not in counts)
+    while len(ids) < size:  # rarely: fewer distinct tokens than the budget
+        ids.append(next(filler))
+    return torch.tensor(sorted(ids))
+
+
+def init_drafter(cfg: TrainConfig, target, store: FeatureStore) -> DFlashDraftModel:
+    layer_ids = store.meta["target_layer_ids"]
+    config = make_config(target.config, num_draft_layers=cfg.num_draft_layers,
+                         block_size=cfg.block_size, mask_token_id=cfg.mask_token_id,
+                         target_layer_ids=layer_ids, draft_vocab_size=cfg.draft_vocab_size)
+    torch.manual_seed(cfg.seed)
+    drafter = DFlashDraftModel(config)
+    if drafter.lm_head is not None:
+        keep = select_draft_vocab(store, cfg.draft_vocab_size)
+        drafter.lm_head.weight.data.copy_(target.get_output_embeddings().weight.data[keep])
+        drafter.d2t.copy_(keep - torch.arange(keep.numel()))
+    return drafter
+
+
+def lr_at(step: int, total: int, cfg: TrainConfig) -> float:
+    warmup = max(1, int(total * cfg.warmup_ratio))
+    if step < warmup:
+        return cfg.lr * (step + 1) / warmup
+    progress = (step - warmup) / max(1, total - warmup)
+    return cfg.lr * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+
+
+class Trainer:
+    def __init__(self, cfg: TrainConfig, target):
+        self.cfg = cfg
+        self.out = Path(cfg.out_dir)
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.store = FeatureStore(cfg.store)
+        if not self.store.sequences:
+            raise ValueError(f"feature store {cfg.store} holds no sequences")
+        self.embed = target.get_input_embeddings().requires_grad_(False)
+        self.target_head = target.get_output_embeddings().requires_grad_(False)
+        self.gamma = cfg.gamma or default_gamma(cfg.block_size)
+        self.total_steps = math.ceil(cfg.epochs * len(self.store.sequences) / cfg.seqs_per_step)
+        self.step = 0
+        ckpt = self.out / "checkpoint"
+        if (self.out / STATE_FILE).is_file():
+            self.drafter = load_drafter(ckpt, dtype=torch.float32).train()
+        else:
+            self.drafter = init_drafter(cfg, target, self.store).float().train()
+        if self.drafter.lm_head is not None:
+            self.drafter.lm_head.requires_grad_(False)
+        params = [p for p in self.drafter.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+        self.generator = torch.Generator().manual_seed(cfg.seed)
+        if (self.out / STATE_FILE).is_file():
+            self._resume()
+
+    def _resume(self):
+        state = torch.load(self.out / STATE_FILE, weights_only=False)
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.step = state["step"]
+        self.generator.set_state(state["generator"])
+
+    def save(self):
+        save_drafter(self.drafter, self.out / "checkpoint", dtype=torch.float32)
+        state = {"optimizer": self.optimizer.state_dict(), "step": self.step,
+                 "generator": self.generator.get_state(), "config": asdict(self.cfg)}
+        torch.save(state, self.out / f"{STATE_FILE}.tmp")
+        (self.out / f"{STATE_FILE}.tmp").replace(self.out / STATE_FILE)
+
+    def sequence_loss(self, seq) -> tuple[torch.Tensor, dict]:
+        ids = torch.tensor(seq.input_ids)
+        anchors = sample_anchors(seq.prompt_len, seq.length, self.cfg.anchors_per_seq, self.generator)
+        batch = make_block_batch(ids, anchors, self.cfg.block_size, self.cfg.mask_token_id, self.gamma)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            context = self.drafter.fuse_context(self.store.features(seq)[None])
+            hidden = self.drafter(self.embed(batch.block_ids)[None], context,
+                                  batch.block_positions[None], torch.arange(seq.length)[None],
+                                  attn_mask=batch.attn_mask[None, None])
+            logits = self.drafter.draft_logits(hidden[0], self.target_head).float()
+        labels, weights = batch.labels, batch.weights
+        if self.drafter.d2t is not None:  # labels outside the draft vocabulary cannot be learned
+            draft_ids = torch.arange(self.drafter.d2t.numel())
+            target_to_draft = torch.full((self.embed.num_embeddings,), -1, dtype=torch.long)
+            target_to_draft[draft_ids + self.drafter.d2t] = draft_ids
+            labels = target_to_draft[labels]
+            weights = weights * (labels >= 0)
+            labels = labels.clamp(min=0)
+        ce = F.cross_entropy(logits, labels, reduction="none")
+        loss = (ce * weights).sum() / weights.sum().clamp(min=1e-6)
+        correct = (logits.argmax(-1) == labels) & (weights > 0)
+        tau = 1 + leading_matches(correct, self.cfg.block_size).float().mean()
+        return loss, {"loss": float(loss), "tau": float(tau), "blocks": batch.num_blocks}
+
+    def _order(self, epoch: int) -> list[int]:
+        g = torch.Generator().manual_seed(self.cfg.seed * 1000 + epoch)
+        return torch.randperm(len(self.store.sequences), generator=g).tolist()
+
+    def run(self):
+        cfg = self.cfg
+        n = len(self.store.sequences)
+        last = self.total_steps if cfg.max_steps is None else min(cfg.max_steps, self.total_steps)
+        log = (self.out / "metrics.jsonl").open("a")
+        bar = tqdm(total=last, initial=self.step, desc="train")
+        began = time.perf_counter()
+        while self.step < last:
+            first = self.step * cfg.seqs_per_step
+            picks = [self._order(i // n)[i % n] for i in range(first, first + cfg.seqs_per_step)]
+            for group in self.optimizer.param_groups:
+                group["lr"] = lr_at(self.step, self.total_steps, cfg)
+            self.optimizer.zero_grad(set_to_none=True)
+            metrics = []
+            for index in picks:
+                loss, info = self.sequence_loss(self.store.sequences[index])
+                (loss / len(picks)).backward()
+                metrics.append(info)
+            torch.nn.utils.clip_grad_norm_(self.drafter.parameters(), cfg.grad_clip)
+            self.optimizer.step()
+            self.step += 1
+            row = {"step": self.step, "lr": self.optimizer.param_groups[0]["lr"],
+                   "loss": sum(m["loss"] for m in metrics) / len(metrics),
+                   "train_tau": sum(m["tau"] for m in metrics) / len(metrics),
+                   "elapsed_s": round(time.perf_counter() - began, 1)}
+            log.write(json.dumps(row) + "\n")
+            log.flush()
+            bar.set_postfix(loss=f"{row['loss']:.3f}", tau=f"{row['train_tau']:.2f}")
+            bar.update(1)
+            if self.step % cfg.save_every == 0 or self.step == last:
+                self.save()
+        bar.close()
+        return self.drafter

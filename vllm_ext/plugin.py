@@ -1,0 +1,5 @@
+"""vLLM general-plugin entry point (work in progress: registers nothing yet)."""
+
+
+def register():
+    return None
