@@ -27,7 +27,7 @@ def _done_ids(path: Path) -> set[str]:
 def _vllm_engine(target_path: str, max_tokens: int, temperature: float, seed: int):
     """A function prompt ids -> response ids backed by one vLLM offline engine."""
     # Both cores for one batch job (vLLM's CPU default reserves one core for the front end).
-    os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "all")
+    os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", f"0-{(os.cpu_count() or 1) - 1}")
     os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
     from vllm import LLM, SamplingParams, TokensPrompt
 

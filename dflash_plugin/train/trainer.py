@@ -50,16 +50,19 @@ class TrainConfig:
     max_steps: int | None = None  # stop early (smoke tests), keeping the schedule of `epochs`
 
 
-def select_draft_vocab(store: FeatureStore, size: int) -> torch.Tensor:
-    """The `size` most frequent response tokens (sorted ids): the draft can only propose these."""
-    counts = Counter()
+def select_draft_vocab(store: FeatureStore, size: int, vocab_size: int) -> torch.Tensor:
+    """Sorted ids of the draft vocabulary: the most frequent response tokens, then prompt
+    tokens, then the lowest remaining ids. The draft can only ever propose these."""
+    responses, prompts = Counter(), Counter()
     for seq in store.sequences:
-        counts.update(seq.input_ids[seq.prompt_len:])
-    ids = [tok for tok, _ in counts.most_common(size)]
-    filler = (i for i in range(store.meta.get("vocab_size", 1 << 30)) if i not in counts)
-    while len(ids) < size:  # rarely: fewer distinct tokens than the budget
-        ids.append(next(filler))
-    return torch.tensor(sorted(ids))
+        responses.update(seq.input_ids[seq.prompt_len:])
+        prompts.update(seq.input_ids[:seq.prompt_len])
+    ranked = [t for t, _ in responses.most_common()] + [t for t, _ in prompts.most_common()]
+    chosen = list(dict.fromkeys(ranked))[:size]
+    if len(chosen) < size:
+        taken = set(chosen)
+        chosen += [i for i in range(vocab_size) if i not in taken][: size - len(chosen)]
+    return torch.tensor(sorted(chosen))
 
 
 def init_drafter(cfg: TrainConfig, target, store: FeatureStore) -> DFlashDraftModel:
@@ -70,7 +73,7 @@ def init_drafter(cfg: TrainConfig, target, store: FeatureStore) -> DFlashDraftMo
     torch.manual_seed(cfg.seed)
     drafter = DFlashDraftModel(config)
     if drafter.lm_head is not None:
-        keep = select_draft_vocab(store, cfg.draft_vocab_size)
+        keep = select_draft_vocab(store, cfg.draft_vocab_size, config.vocab_size)
         drafter.lm_head.weight.data.copy_(target.get_output_embeddings().weight.data[keep])
         drafter.d2t.copy_(keep - torch.arange(keep.numel()))
     return drafter
@@ -145,7 +148,7 @@ class Trainer:
         loss = (ce * weights).sum() / weights.sum().clamp(min=1e-6)
         correct = (logits.argmax(-1) == labels) & (weights > 0)
         tau = 1 + leading_matches(correct, self.cfg.block_size).float().mean()
-        return loss, {"loss": float(loss), "tau": float(tau), "blocks": batch.num_blocks}
+        return loss, {"loss": float(loss.detach()), "tau": float(tau), "blocks": batch.num_blocks}
 
     def _order(self, epoch: int) -> list[int]:
         g = torch.Generator().manual_seed(self.cfg.seed * 1000 + epoch)

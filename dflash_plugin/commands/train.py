@@ -1,0 +1,125 @@
+"""Train a DFlash drafter for a target, in resumable stages that share one work folder:
+prompts -> responses (the target answers) -> features (stored target hidden states) ->
+train -> evaluate (tau per category on held-out prompts) -> export (published format)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import torch
+
+from dflash_plugin.errors import DFlashError
+
+HELP = "train a DFlash drafter for a target (resumable stages)"
+STAGES = ("prompts", "responses", "features", "train", "evaluate", "export")
+MASK_TOKEN_CANDIDATES = ("<|MASK|>", "<mask>", "<empty_output>", "<|fim_pad|>")
+
+
+def add_arguments(p):
+    p.add_argument("--workdir", required=True, help="folder for every stage's files")
+    p.add_argument("--target", help="Hugging Face target folder (default: embedded SmolLM2-135M)")
+    p.add_argument("--stages", default=",".join(STAGES), help="comma list, run in order")
+    p.add_argument("--per-category", type=int, default=400, help="prompts per category")
+    p.add_argument("--eval-per-category", type=int, default=20, help="held-out prompts per category")
+    p.add_argument("--max-response-tokens", type=int, default=320)
+    p.add_argument("--response-temperature", type=float, default=0.0)
+    p.add_argument("--response-engine", choices=["vllm", "hf"], default="vllm")
+    p.add_argument("--max-len", type=int, default=1024, help="max tokens per training sequence")
+    p.add_argument("--target-layer-ids", help="comma list (default: 5 spread over the target)")
+    p.add_argument("--num-draft-layers", type=int, default=3)
+    p.add_argument("--block-size", type=int, default=16)
+    p.add_argument("--mask-token-id", type=int, help="default: a special token the target never emits")
+    p.add_argument("--draft-vocab-size", type=int, default=None,
+                   help="reduced draft vocabulary (vLLM d2t format); default: the target's")
+    p.add_argument("--epochs", type=float, default=6.0)
+    p.add_argument("--anchors-per-seq", type=int, default=48)
+    p.add_argument("--seqs-per-step", type=int, default=4)
+    p.add_argument("--lr", type=float, default=6e-4)
+    p.add_argument("--max-steps", type=int, help="stop after this many steps (schedule unchanged)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--eval-max-new-tokens", type=int, default=128)
+    p.add_argument("--eval-limit", type=int, help="evaluate on at most this many held-out prompts")
+    p.add_argument("--export", help="copy the trained drafter here (bf16, published format)")
+
+
+def pick_mask_token(tokenizer) -> int:
+    if tokenizer.mask_token_id is not None:
+        return tokenizer.mask_token_id
+    vocab = tokenizer.get_vocab()
+    for name in MASK_TOKEN_CANDIDATES:
+        if name in vocab:
+            return vocab[name]
+    raise DFlashError("the target tokenizer has no mask-like token; pass --mask-token-id")
+
+
+def layer_ids(args, num_target_layers: int) -> list[int]:
+    from dflash_plugin.layout import default_target_layer_ids
+
+    if args.target_layer_ids:
+        ids = [int(x) for x in args.target_layer_ids.split(",")]
+    else:
+        ids = default_target_layer_ids(num_target_layers, 5)
+    if any(not 0 <= i < num_target_layers for i in ids):
+        raise DFlashError(f"--target-layer-ids {ids} outside the target's {num_target_layers} layers")
+    return ids
+
+
+def run(args) -> int:
+    from dflash_plugin.target import load_target, resolve_target
+    from dflash_plugin.train import prompts as prompt_set
+
+    stages = [s.strip() for s in args.stages.split(",") if s.strip()]
+    unknown = [s for s in stages if s not in STAGES]
+    if unknown:
+        raise DFlashError(f"unknown stages {unknown}; choose from {', '.join(STAGES)}")
+    work = Path(args.workdir)
+    work.mkdir(parents=True, exist_ok=True)
+    target_path = resolve_target(args.target)
+    train_file, eval_file = work / "prompts_train.jsonl", work / "prompts_eval.jsonl"
+    if "prompts" in stages:
+        prompts = prompt_set.build_prompts(args.per_category + args.eval_per_category, seed=args.seed)
+        train, held_out = prompt_set.split_prompts(prompts, args.eval_per_category, seed=args.seed)
+        prompt_set.write_jsonl(train_file, train)
+        prompt_set.write_jsonl(eval_file, held_out)
+        (work / "PROVENANCE.txt").write_text(prompt_set.PROVENANCE + "\n")
+    if "responses" in stages:
+        from dflash_plugin.train.responses import generate_responses
+        generate_responses(target_path, prompt_set.read_jsonl(train_file), work / "responses.jsonl",
+                           max_tokens=args.max_response_tokens,
+                           temperature=args.response_temperature, seed=args.seed,
+                           engine=args.response_engine)
+    needs_model = {"features", "train", "evaluate"} & set(stages)
+    target, tokenizer = load_target(target_path, dtype=torch.bfloat16) if needs_model else (None, None)
+    if "features" in stages:
+        from dflash_plugin.train.feature_store import build_feature_store
+        build_feature_store(target, work / "responses.jsonl", work / "features",
+                            layer_ids(args, target.config.num_hidden_layers),
+                            max_len=args.max_len, target_name=str(target_path))
+    if "train" in stages:
+        from dflash_plugin.train.trainer import TrainConfig, Trainer
+        cfg = TrainConfig(store=str(work / "features"), out_dir=str(work / "run"),
+                          num_draft_layers=args.num_draft_layers, block_size=args.block_size,
+                          mask_token_id=args.mask_token_id if args.mask_token_id is not None
+                          else pick_mask_token(tokenizer),
+                          draft_vocab_size=args.draft_vocab_size, epochs=args.epochs,
+                          anchors_per_seq=args.anchors_per_seq, seqs_per_step=args.seqs_per_step,
+                          lr=args.lr, seed=args.seed, max_steps=args.max_steps)
+        Trainer(cfg, target).run()
+    if "evaluate" in stages:
+        from dflash_plugin.checkpoint import load_drafter
+        from dflash_plugin.train.evaluate import evaluate_drafter, write_report
+        held_out = prompt_set.read_jsonl(eval_file)[: args.eval_limit]
+        drafter = load_drafter(work / "run" / "checkpoint", dtype=torch.bfloat16)
+        report = evaluate_drafter(target, tokenizer, drafter, held_out,
+                                  max_new_tokens=args.eval_max_new_tokens, seed=args.seed)
+        write_report(report, work / "eval.json")
+        print(json.dumps(report, indent=1))
+    if "export" in stages and args.export:
+        from dflash_plugin.checkpoint import load_drafter, save_drafter
+        save_drafter(load_drafter(work / "run" / "checkpoint", dtype=torch.float32), args.export)
+        for extra in ("eval.json", "PROVENANCE.txt"):
+            if (work / extra).is_file():
+                shutil.copy(work / extra, Path(args.export) / extra)
+    return 0

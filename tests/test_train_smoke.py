@@ -1,0 +1,65 @@
+"""A few training steps on a handful of real target sequences: the loss falls, the checkpoint
+reloads in the published format, and a re-run resumes from it. CI never trains for real."""
+
+import json
+
+import pytest
+import torch
+
+from dflash_plugin.checkpoint import load_drafter
+from dflash_plugin.prompt_io import encode_chat
+from dflash_plugin.train.feature_store import FeatureStore, build_feature_store
+from dflash_plugin.train.trainer import TrainConfig, Trainer
+
+PAIRS = [
+    ("Name three primary colors.", "The three primary colors are red, blue and yellow."),
+    ("What is the capital of France?", "The capital of France is Paris, a city on the Seine."),
+    ("Count from one to ten.", "One, two, three, four, five, six, seven, eight, nine, ten."),
+    ("Give me a fruit.", "An apple is a sweet fruit that grows on trees in many countries."),
+]
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory, smollm_bf16):
+    model, tokenizer = smollm_bf16
+    folder = tmp_path_factory.mktemp("train")
+    with (folder / "responses.jsonl").open("w") as f:
+        for i, (prompt, answer) in enumerate(PAIRS):
+            ids = encode_chat(tokenizer, [{"role": "user", "content": prompt}])
+            f.write(json.dumps({"id": f"s{i}", "category": "chat", "prompt": prompt,
+                                "prompt_ids": ids,
+                                "response_ids": tokenizer(answer)["input_ids"] + [2]}) + "\n")
+    build_feature_store(model, folder / "responses.jsonl", folder / "features", [1, 8, 14, 20, 27])
+    return folder
+
+
+def _config(store, out, **overrides):
+    base = dict(store=str(store / "features"), out_dir=str(out), num_draft_layers=1, block_size=8,
+                mask_token_id=16, epochs=30, anchors_per_seq=8, seqs_per_step=2, lr=2e-3,
+                save_every=10, draft_vocab_size=2048)
+    return TrainConfig(**{**base, **overrides})
+
+
+def test_feature_store_holds_every_sequence(store, smollm_bf16):
+    features = FeatureStore(store / "features")
+    assert len(features.sequences) == len(PAIRS)
+    seq = features.sequences[0]
+    assert features.features(seq).shape == (seq.length, 5 * 576)
+    assert features.features(seq).dtype == torch.bfloat16
+
+
+def test_loss_falls_and_checkpoint_reloads_and_resumes(store, tmp_path, smollm_bf16):
+    model, _ = smollm_bf16
+    trainer = Trainer(_config(store, tmp_path, max_steps=30), model)
+    trainer.run()
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").open()]
+    first = sum(r["loss"] for r in rows[:5]) / 5
+    last = sum(r["loss"] for r in rows[-5:]) / 5
+    assert last < 0.8 * first, (first, last)
+    drafter = load_drafter(tmp_path / "checkpoint", dtype=torch.float32)
+    for name, tensor in trainer.drafter.state_dict().items():
+        assert torch.equal(tensor, drafter.state_dict()[name]), name
+    resumed = Trainer(_config(store, tmp_path, max_steps=40), model)
+    assert resumed.step == 30
+    resumed.run()
+    assert len((tmp_path / "metrics.jsonl").read_text().splitlines()) == 40
