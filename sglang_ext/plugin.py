@@ -1,0 +1,43 @@
+"""SGLang general-plugin entry point: `sglang.srt.plugins: dflash = sglang_ext.plugin:register`.
+
+SGLang calls `register()` early in every process it starts (launcher, scheduler, detokenizer) when
+this package is installed and the plugin is allowed (`SGLANG_PLUGINS` unset, or naming `dflash`).
+It is cheap until it has something to do, checks the SGLang version before touching SGLang, runs
+once per process, and only then imports the adapter (sglang_ext.registration).
+
+Set DFLASH_SGLANG_PLUGIN=0 to keep the package installed but leave SGLang's own DFlash drafter in
+place. Note that SGLang logs and then ignores an exception raised by a plugin; the launcher
+(`python -m sglang_ext.launch_server`, used by `dflash serve --engine sglang`) calls `register()`
+itself first, so there a refusal stops the server instead.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from sglang_ext.versions import TESTED_SGLANG, check_sglang_version, is_supported
+
+logger = logging.getLogger(__name__)
+
+PLUGIN_NAME = "dflash"  # the entry point's name, as listed in SGLANG_PLUGINS
+DISABLE_ENV = "DFLASH_SGLANG_PLUGIN"
+
+_registered = False
+
+
+def register() -> None:
+    global _registered
+    if _registered:
+        return
+    if os.environ.get(DISABLE_ENV, "1") == "0":
+        logger.info("dflash-plugin: %s=0, SGLang's own DFlash drafter stays", DISABLE_ENV)
+        return
+    version = check_sglang_version()  # SGLangVersionError names the supported range
+    if not is_supported(version):
+        logger.warning("dflash-plugin: SGLang %s is untested (tested: %s); continuing because "
+                       "DFLASH_SGLANG_ALLOW_UNTESTED=1", version, TESTED_SGLANG)
+    from sglang_ext import registration
+
+    registration.install()
+    _registered = True
