@@ -48,6 +48,7 @@ class TrainConfig:
     seed: int = 0
     save_every: int = 100
     max_steps: int | None = None  # stop early (smoke tests), keeping the schedule of `epochs`
+    init_from_target: bool = True  # start from the target's own layers (see init_from_target)
 
 
 def select_draft_vocab(store: FeatureStore, size: int, vocab_size: int) -> torch.Tensor:
@@ -76,7 +77,29 @@ def init_drafter(cfg: TrainConfig, target, store: FeatureStore) -> DFlashDraftMo
         keep = select_draft_vocab(store, cfg.draft_vocab_size, config.vocab_size)
         drafter.lm_head.weight.data.copy_(target.get_output_embeddings().weight.data[keep])
         drafter.d2t.copy_(keep - torch.arange(keep.numel()))
+    if cfg.init_from_target:
+        init_from_target(drafter, target, layer_ids)
     return drafter
+
+
+def init_from_target(drafter: DFlashDraftModel, target, layer_ids: list[int]):
+    """Warm start (not in the paper, which initialises randomly): copy target decoder layers
+    into the draft layers (the first ones, which read token embeddings like the block does, and
+    the last, which feeds the shared LM head), the target's final norm, and make `fc` pass the
+    deepest captured layer through unchanged, so the context is informative from step one.
+    Qwen3's q/k norms have no Llama counterpart and start as identity scales."""
+    layers = target.model.layers
+    n = len(drafter.layers)
+    sources = list(range(n - 1)) + [len(layers) - 1]
+    for draft_layer, source in zip(drafter.layers, sources):
+        missing, _ = draft_layer.load_state_dict(layers[source].state_dict(), strict=False)
+        assert all("q_norm" in k or "k_norm" in k for k in missing), missing
+    drafter.norm.weight.data.copy_(target.model.norm.weight.data)
+    hidden = target.config.hidden_size
+    fc = torch.zeros_like(drafter.fc.weight)
+    deepest = layer_ids.index(max(layer_ids))
+    fc[:, deepest * hidden:(deepest + 1) * hidden] = torch.eye(hidden)
+    drafter.fc.weight.data.copy_(fc + 0.01 * torch.randn_like(fc))
 
 
 def lr_at(step: int, total: int, cfg: TrainConfig) -> float:
