@@ -15,6 +15,11 @@ from pathlib import Path
 
 from transformers import PretrainedConfig, Qwen3Config
 
+try:
+    from huggingface_hub.errors import StrictDataclassError
+except ImportError:  # older huggingface_hub: configs are not validated field by field
+    StrictDataclassError = ValueError
+
 from dflash_plugin.errors import CheckpointError
 from dflash_plugin.layout import default_target_layer_ids
 
@@ -74,11 +79,16 @@ def load_config(path: str | Path) -> Qwen3Config:
         raw = json.loads(config_file.read_text())
     except json.JSONDecodeError as err:
         raise CheckpointError(f"{config_file} is not valid JSON: {err}") from err
+    if not isinstance(raw, dict):
+        raise CheckpointError(f"{config_file} holds a JSON {type(raw).__name__}, not an object")
     if raw.get("model_type") != "qwen3":
         raise CheckpointError(
             f"{config_file}: model_type is {raw.get('model_type')!r}; DFlash drafters are 'qwen3'")
-    config = Qwen3Config.from_dict(raw)
-    dflash_fields(config)  # validate early
+    try:
+        config = Qwen3Config.from_dict(raw)
+        dflash_fields(config)  # validate early
+    except (TypeError, ValueError, StrictDataclassError) as err:  # a field of the wrong type
+        raise CheckpointError(f"{config_file} is not a valid drafter config: {err}") from err
     return config
 
 

@@ -133,6 +133,18 @@ class DFlashDraftModel(nn.Module):
             self.lm_head = None
             self.d2t = None
 
+    def _apply(self, fn, recurse=True):
+        # Keep the RoPE frequencies in float32 whatever the weights are cast to, as Hugging
+        # Face's from_pretrained does for the target: bf16 frequencies shift rotation angles
+        # (~0.1 rad at position 1000) away from the target's and the released drafters'.
+        frequencies = dict(self.rotary_emb.named_buffers(recurse=False))
+        super()._apply(fn, recurse)
+        for name, original in frequencies.items():
+            moved = getattr(self.rotary_emb, name)
+            if moved.dtype != original.dtype:
+                setattr(self.rotary_emb, name, original.to(moved.device))
+        return self
+
     @property
     def block_size(self) -> int:
         return self.fields.block_size

@@ -30,6 +30,9 @@ def check_pair(target: nn.Module, fields: DFlashFields, draft_hidden: int, draft
     """Refuse a drafter that does not fit the target, naming the mismatch."""
     config = getattr(target.config, "text_config", target.config)
     num_layers = len(decoder_layers(target))
+    if fields.num_target_layers != num_layers:  # features from the wrong depths (as pair_check)
+        raise MismatchError(f"drafter was trained for a target with {fields.num_target_layers} "
+                            f"layers, the target has {num_layers}")
     bad_ids = [i for i in fields.target_layer_ids if not 0 <= i < num_layers]
     if bad_ids:
         raise MismatchError(f"drafter target_layer_ids {list(fields.target_layer_ids)} include "

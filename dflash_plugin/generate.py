@@ -104,8 +104,10 @@ class SpecDecoder:
         self.embed = target.get_input_embeddings()
         self.lm_head = target.get_output_embeddings()
 
-    def draft(self, bonus: int, start: int, context: torch.Tensor, cache, block: int) -> torch.Tensor:
-        """block-1 draft tokens after `bonus` (at position `start`), from one drafter pass.
+    def draft_logits(self, bonus: int, start: int, context: torch.Tensor, cache,
+                     block: int) -> torch.Tensor:
+        """Draft-vocabulary logits [block-1, V_draft] after `bonus` (at position `start`), from
+        one drafter pass.
 
         context: fused features of the positions [len(cache), start) not yet in the cache.
         """
@@ -113,8 +115,31 @@ class SpecDecoder:
         ctx_positions = torch.arange(len(cache), start)[None]
         block_positions = torch.arange(start, start + block)[None]
         hidden = self.drafter(self.embed(ids), context, block_positions, ctx_positions, cache=cache)
-        logits = self.drafter.draft_logits(hidden[0, 1:], self.lm_head)
+        return self.drafter.draft_logits(hidden[0, 1:], self.lm_head)
+
+    def draft(self, bonus: int, start: int, context: torch.Tensor, cache, block: int) -> torch.Tensor:
+        """block-1 draft tokens (target ids) after `bonus`: the drafter's argmax per position."""
+        logits = self.draft_logits(bonus, start, context, cache, block)
         return self.drafter.to_target_ids(logits.argmax(dim=-1))
+
+    def speculate(self, bonus: int, start: int, context: torch.Tensor, caches: tuple,
+                  block: int, sampling: SamplingParams, generator: torch.Generator):
+        """One draft + verify round: (verdict, target features of the committed tokens
+        [bonus + accepted], number of drafted tokens). Leaves the target cache holding exactly
+        the committed prefix before the new bonus token."""
+        target_cache, draft_cache = caches
+        drafts = self.draft(bonus, start, context, draft_cache, block)
+        verify_ids = torch.cat([torch.tensor([bonus]), drafts])[None]
+        logits = self.target(verify_ids, past_key_values=target_cache, use_cache=True).logits
+        target_tokens = choose_tokens(logits[0], sampling, generator)
+        if sampling.greedy:
+            verdict = greedy_accept(drafts, target_tokens)
+        else:
+            verdict = walk_tree(chain_children(block - 1, drafts.tolist()), target_tokens)
+        n = len(verdict.accepted_tokens)
+        features = self.capture.take()[:, : n + 1]
+        kv_cache.truncate(target_cache, start + n + 1)
+        return verdict, features, block - 1
 
     @torch.inference_mode()
     def generate(self, input_ids: torch.Tensor, max_new_tokens: int,
@@ -138,20 +163,11 @@ class SpecDecoder:
                 # Never verify more tokens than may still be emitted.
                 block = min(self.block_size, out.remaining + 1)
                 context = self.drafter.fuse_context(features)
-                drafts = self.draft(bonus, start, context, draft_cache, block)
-                verify_ids = torch.cat([torch.tensor([bonus]), drafts])[None]
-                logits = self.target(verify_ids, past_key_values=target_cache, use_cache=True).logits
+                verdict, features, drafted = self.speculate(
+                    bonus, start, context, (target_cache, draft_cache), block, sampling, generator)
                 passes += 1
-                target_tokens = choose_tokens(logits[0], sampling, generator)
-                if sampling.greedy:
-                    verdict = greedy_accept(drafts, target_tokens)
-                else:
-                    verdict = walk_tree(chain_children(block - 1, drafts.tolist()), target_tokens)
-                stats.record(verdict, block - 1)
-                n = len(verdict.accepted_tokens)
-                features = self.capture.take()[:, : n + 1]
-                start += n + 1
-                kv_cache.truncate(target_cache, start)
+                stats.record(verdict, drafted)
+                start += verdict.accept_length
                 bonus = verdict.bonus_token
                 out.emit(verdict.accepted_tokens + [bonus])
         return GenerationResult(out.tokens, out.finish_reason, passes,

@@ -19,6 +19,8 @@ def read_prompts_file(path: str | Path) -> list[dict]:
                 rec = json.loads(line)
             except json.JSONDecodeError as err:
                 raise DFlashError(f"{path}:{number}: not JSON ({err})") from err
+            if not isinstance(rec, dict):
+                raise DFlashError(f"{path}:{number}: needs a JSON object, got {line.strip()[:40]}")
             if isinstance(rec.get("turns"), list) and rec["turns"]:
                 turns = [str(t) for t in rec["turns"]]
             elif isinstance(rec.get("prompt"), str):

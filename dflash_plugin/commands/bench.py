@@ -1,0 +1,167 @@
+"""Benchmark speculative decoding through the OpenAI API, side by side on the same prompts:
+no speculation (none), vLLM's n-gram prompt lookup (ngram), vLLM's native DFlash with this
+project's plugin switched off (dflash-native: VLLM_PLUGINS without "dflash"), and DFlash with the
+plugin (dflash). Each configuration gets one vLLM server on 127.0.0.1, a sweep over concurrency
+levels, and is stopped before the next starts.
+
+Writes a JSON list of rows (algorithm, concurrency, output_tokens_per_s, tpot_ms, ttft_ms,
+accept_length, speedup, ...) to --output, plots <stem>_throughput.png and <stem>_speedup.png
+next to it, and each server's log as <stem>.<algorithm>.log. The model flags are those of
+`dflash serve` (including --config and pass-through engine arguments).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+from dataclasses import replace
+from importlib.metadata import entry_points
+from pathlib import Path
+
+from dflash_plugin.errors import DFlashError
+from dflash_plugin.serving import bench, flags
+from dflash_plugin.serving.server import Server, ServerExited, free_port
+
+HELP = "benchmark none / ngram / native DFlash / plugin DFlash servers over concurrency levels"
+PLUGIN_NAME = "dflash"  # our vllm.general_plugins entry point
+SPEC_ALGORITHM = {"none": "NONE", "ngram": "NGRAM", "dflash-native": "DFLASH", "dflash": "DFLASH"}
+
+
+def add_arguments(p):
+    p.add_argument("--algorithms", default=",".join(bench.ALGORITHMS),
+                   help=f"comma list from {', '.join(bench.ALGORITHMS)}")
+    p.add_argument("--concurrency", default="1,4,16,32", help="comma list of concurrency levels")
+    p.add_argument("--prompts-file", help='JSONL with {"prompt": ...} per line (default: 32 '
+                                          "built-in prompts)")
+    p.add_argument("--num-prompts", type=int, default=None,
+                   help="requests per concurrency level (default: all prompts, at least the "
+                        "concurrency; prompts repeat when needed)")
+    p.add_argument("--max-tokens", type=int, default=128)
+    p.add_argument("--temperature", type=float, default=0.0)
+    p.add_argument("--ignore-eos", action="store_true",
+                   help="always generate --max-tokens tokens")
+    p.add_argument("--output", default="dflash-bench.json", help="results JSON (plots and server "
+                                                                 "logs go next to it)")
+    p.add_argument("--server-timeout", type=float, default=1200.0,
+                   help="seconds to wait for each server to start (the first start compiles)")
+    p.add_argument("--request-timeout", type=float, default=600.0, help="seconds per request")
+    # The model flags of `dflash serve`; the algorithm, engine and address are set per row.
+    flags.add_flag_arguments(p, exclude=("engine", "speculative_algorithm", "host", "port"))
+    flags.accept_engine_args(p)
+
+
+def plugin_env(algorithm: str, environ=os.environ) -> dict[str, str]:
+    """VLLM_PLUGINS for a row: every general plugin but ours for dflash-native; ours included
+    for dflash (VLLM_PLUGINS is a comma list of names to load; unset loads all)."""
+    current = environ.get("VLLM_PLUGINS")
+    if algorithm == "dflash-native":
+        names = current.split(",") if current is not None else \
+            [e.name for e in entry_points(group="vllm.general_plugins")]
+        return {"VLLM_PLUGINS": ",".join(n for n in names if n and n != PLUGIN_NAME)}
+    if algorithm == "dflash" and current is not None and PLUGIN_NAME not in current.split(","):
+        return {"VLLM_PLUGINS": ",".join(n for n in (*current.split(","), PLUGIN_NAME) if n)}
+    return {}
+
+
+def _check(args) -> tuple[list[str], list[int]]:
+    algorithms = bench.parse_list(args.algorithms, name="--algorithms")
+    unknown = [a for a in algorithms if a not in bench.ALGORITHMS]
+    if unknown:
+        raise DFlashError(f"unknown --algorithms {unknown}; choose from {', '.join(bench.ALGORITHMS)}")
+    try:
+        levels = bench.parse_list(args.concurrency, int, "--concurrency")
+    except ValueError:
+        raise DFlashError(f"--concurrency must be a comma list of integers, got {args.concurrency!r}") from None
+    if any(c < 1 for c in levels):
+        raise DFlashError(f"--concurrency levels must be >= 1, got {levels}")
+    if args.max_tokens < 1:
+        raise DFlashError(f"--max-tokens must be >= 1, got {args.max_tokens}")
+    if args.temperature < 0:
+        raise DFlashError(f"--temperature must be >= 0, got {args.temperature}")
+    if args.num_prompts is not None and args.num_prompts < 1:
+        raise DFlashError(f"--num-prompts must be >= 1, got {args.num_prompts}")
+    return list(dict.fromkeys(algorithms)), sorted(set(levels))
+
+
+def _prompts_for(prompts: list[str], count: int) -> list[str]:
+    return [prompts[i % len(prompts)] for i in range(count)]
+
+
+def run(args) -> int:
+    algorithms, levels = _check(args)
+    # SIGTERM unwinds like Ctrl-C, so the running server is stopped in `finally`.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    prompts = bench.read_prompts(args.prompts_file)
+    base = flags.options_from_args(args)
+    if base.engine != "vllm":
+        raise DFlashError("dflash bench compares vLLM servers; the config's engine must be vllm")
+    base = replace(base, host="127.0.0.1", port=0)  # bench talks to 127.0.0.1 only
+    output = Path(args.output)
+    # "none" first: the other rows' speedups refer to it.
+    algorithms.sort(key=lambda a: bench.ALGORITHMS.index(a))
+    resolved = {}
+    for algorithm in algorithms:  # every configuration is checked before any server starts
+        opts = replace(base, speculative_algorithm=SPEC_ALGORITHM[algorithm])
+        if SPEC_ALGORITHM[algorithm] != "DFLASH":  # the drafter settings are for the DFlash rows
+            opts = replace(opts, speculative_draft_model_path=None, speculative_num_draft_tokens=None)
+        resolved[algorithm] = flags.resolve(opts)
+    rows: list[dict] = []
+    broken = []
+    try:
+        for algorithm in algorithms:
+            try:
+                rows += _run_server(algorithm, resolved[algorithm], prompts, levels, args, output)
+            except (ServerExited, TimeoutError) as err:  # the other configurations still run
+                broken.append(algorithm)
+                print(f"[bench] {algorithm}: server failed, no rows: {err}", file=sys.stderr)
+            bench.write_json(bench.add_speedups(rows), output)
+    except KeyboardInterrupt:
+        print(f"[bench] interrupted; finished rows are in {output}", file=sys.stderr)
+        return 130
+    rows = bench.add_speedups(rows)
+    bench.write_json(rows, output)
+    if not rows:
+        raise DFlashError(f"no server configuration ran; see the logs next to {output}")
+    plots = bench.write_plots(rows, output)
+    print(bench.format_table(rows))
+    print(f"[bench] wrote {output} and {', '.join(str(p) for p in plots)}", file=sys.stderr)
+    return 0 if not broken and all(r["failed"] == 0 for r in rows) else 1
+
+
+def _run_server(algorithm, opts, prompts, levels, args, output: Path) -> list[dict]:
+    """Start one server configuration, sweep the concurrency levels against it, stop it."""
+    launch = flags.vllm_launch(replace(opts, port=free_port()))
+    launch.env.update(plugin_env(algorithm))
+    log = output.with_name(f"{output.stem}.{algorithm}.log")
+    print(f"[bench] {algorithm}: starting server (log: {log})", file=sys.stderr, flush=True)
+    server = Server(launch, log_path=log).start()
+    try:
+        ready_s = server.wait_ready(args.server_timeout)
+        print(f"[bench] {algorithm}: ready after {ready_s:.0f} s", file=sys.stderr, flush=True)
+        return _sweep(server.base_url, launch.model_name, algorithm, prompts, levels, args)
+    finally:
+        server.stop()
+
+
+def _sweep(base_url, model, algorithm, prompts, levels, args) -> list[dict]:
+    kwargs = dict(max_tokens=args.max_tokens, temperature=args.temperature,
+                  ignore_eos=args.ignore_eos, request_timeout=args.request_timeout)
+    # Warm-up (not measured): the first requests after start-up pay one-off costs.
+    asyncio.run(bench.run_point(base_url, model, prompts[:2], 2, **{**kwargs, "max_tokens": 16}))
+    rows = []
+    for concurrency in levels:
+        count = args.num_prompts or max(len(prompts), concurrency)
+        before = bench.scrape_counters(base_url)
+        results, wall = asyncio.run(bench.run_point(base_url, model, _prompts_for(prompts, count),
+                                                    concurrency, **kwargs))
+        after = bench.scrape_counters(base_url)
+        spec = algorithm != "none"
+        row = bench.summarize(algorithm, concurrency, results, wall,
+                              before if spec else None, after if spec else None)
+        rows.append(row)
+        print(f"[bench] {algorithm} c={concurrency}: {row['output_tokens_per_s']} tok/s, "
+              f"TPOT {row['tpot_ms']} ms, TTFT {row['ttft_ms']} ms, tau {row['accept_length']}, "
+              f"failed {row['failed']}", file=sys.stderr, flush=True)
+    return rows

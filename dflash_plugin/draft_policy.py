@@ -1,0 +1,252 @@
+"""Load-aware drafting: how many drafted tokens each request gets verified in the next step.
+
+Engine-free: the adapters hand in the batch size and the drafter's per-position top-1
+probabilities, and get back one draft length per request (possibly 0).
+
+The model behind the choice:
+- verifying N tokens in one target pass costs  T(N) = verify_fixed + verify_per_token * N;
+- a draft pass for B requests costs            D(B) = draft_fixed + draft_per_request * B;
+- request i verifying its first K_i drafts yields 1 + sum_{k<=K_i} P_ik expected tokens, where
+  P_ik = p_i1 * ... * p_ik is the chance that drafts 1..k are all accepted (greedy-prefix rule).
+We pick the K_i that maximise expected tokens per unit time, and verify nothing unless that beats
+plain decoding (B tokens in T(B)) by a margin. Because P_ik falls with k, the best allocation
+takes the largest P_ik first across the whole batch and stops once the next one no longer raises
+the rate, so drafts shrink as the batch grows (each extra token then costs more relative to what
+it brings) and grow with the drafter's confidence. Which drafts are verified never changes which
+tokens are emitted: verification stays lossless for any K_i.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass, fields, replace
+
+import torch
+
+
+class PolicyMode(enum.Enum):
+    ADAPTIVE = "adaptive"  # the cost model below (default)
+    FULL = "full"  # always verify the whole block (vLLM's native behaviour)
+    OFF = "off"  # never verify drafts; the drafter only keeps its context K/V current
+    STAGGER = "stagger"  # fixed varying lengths per request; exercises variable-length paths
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """Step costs in units of one plain single-request decoding step (relative, unit-free)."""
+
+    verify_fixed: float
+    verify_per_token: float
+    draft_fixed: float
+    draft_per_request: float
+    # Verify drafts only if the expected rate beats plain decoding by this factor: the cost
+    # model is an estimate, and a near-tie is not worth the drafter's work.
+    min_speedup: float = 1.05
+
+    def __post_init__(self):
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
+                raise ValueError(f"cost model field {f.name} must be a finite number >= 0, "
+                                 f"got {value!r}")
+        if self.verify_fixed + self.verify_per_token <= 0:
+            raise ValueError("cost model: a target step must cost something")
+
+    def verify_time(self, num_tokens: int | float) -> float:
+        return self.verify_fixed + self.verify_per_token * num_tokens
+
+    def draft_time(self, num_requests: int) -> float:
+        return self.draft_fixed + self.draft_per_request * num_requests
+
+
+# Measured with vLLM 0.32 (CPU build, V1 runner) on a 2-core x86 box, SmolLM2-135M target and a
+# 2-layer DFlash drafter with a 16-token block (see scripts/measure_vllm_dflash.py).
+CPU_COSTS = CostModel(verify_fixed=1.0, verify_per_token=0.09, draft_fixed=0.15,
+                      draft_per_request=0.12)
+# Not measured here (no GPU): a small target on a GPU is memory-bound, so extra verified tokens
+# are nearly free until the batch is large. Override with DFLASH_COST_MODEL after measuring.
+CUDA_COSTS = CostModel(verify_fixed=1.0, verify_per_token=0.004, draft_fixed=0.25,
+                       draft_per_request=0.01)
+
+
+def parse_cost_model(text: str, base: CostModel) -> CostModel:
+    """`base` with fields overridden from "name=value,name=value" (e.g. DFLASH_COST_MODEL)."""
+    known = {f.name for f in fields(CostModel)}
+    changes: dict[str, float] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        name, sep, value = item.partition("=")
+        name = name.strip()
+        if not sep or name not in known:
+            raise ValueError(f"cost model override {item!r}: expected name=value with name in "
+                             f"{sorted(known)}")
+        try:
+            changes[name] = float(value)
+        except ValueError:
+            raise ValueError(f"cost model override {item!r}: {value!r} is not a number") from None
+    return replace(base, **changes)
+
+
+def cumulative_acceptance(accept_probs: torch.Tensor) -> torch.Tensor:
+    """[B, K] per-position acceptance chances -> [B, K] chance that drafts 1..k all pass."""
+    return torch.cumprod(accept_probs.clamp(0.0, 1.0).to(torch.float64), dim=-1)
+
+
+def plan_draft_lengths(gains: torch.Tensor, costs: CostModel) -> list[int]:
+    """Draft lengths [B] maximising expected tokens per unit time (all 0 if plain is better).
+
+    gains: [B, K] cumulative acceptance chances P_ik, non-increasing along k.
+    """
+    batch, block = gains.shape
+    if batch == 0 or block == 0:
+        return [0] * batch
+    # Take the most likely accepted drafts first; a stable sort keeps a request's earlier
+    # positions ahead of later ones on ties, so each request gets a prefix of its block.
+    flat = gains.reshape(-1)
+    order = torch.sort(flat, descending=True, stable=True).indices
+    expected = batch + torch.cumsum(flat[order], dim=0)  # [B*K] tokens for the top-m drafts
+    verified = torch.arange(1, batch * block + 1, dtype=torch.float64)
+    step_time = (costs.verify_fixed + costs.verify_per_token * (batch + verified)
+                 + costs.draft_time(batch))
+    rates = expected / step_time
+    best = int(torch.argmax(rates))
+    plain_rate = batch / costs.verify_time(batch)
+    if float(rates[best]) < plain_rate * costs.min_speedup:
+        return [0] * batch
+    chosen = order[: best + 1] // block
+    return torch.bincount(chosen, minlength=batch).tolist()
+
+
+class ConfidenceCalibration:
+    """Maps the drafter's top-1 probability to the chance the target accepts that draft.
+
+    One running (accepted, tried) count per confidence bin, started from a prior that trusts
+    the raw probability and slowly forgetting old evidence, so an over- or under-confident
+    drafter is corrected from what verification actually shows.
+    """
+
+    def __init__(self, num_bins: int = 10, prior_weight: float = 8.0, decay: float = 0.999):
+        self.num_bins = num_bins
+        self.decay = decay
+        centers = (torch.arange(num_bins, dtype=torch.float64) + 0.5) / num_bins
+        self.tried = torch.full((num_bins,), prior_weight, dtype=torch.float64)
+        self.accepted = centers * prior_weight
+        self.num_drafts_seen = 0  # verified drafts observed (for diagnostics)
+
+    def _bins(self, confidence: torch.Tensor) -> torch.Tensor:
+        bins = (confidence.to(torch.float64) * self.num_bins).long()
+        return bins.clamp_(0, self.num_bins - 1)
+
+    def __call__(self, confidence: torch.Tensor) -> torch.Tensor:
+        """Acceptance chances, same shape as `confidence` (values in [0, 1])."""
+        rate = self.accepted / self.tried
+        return rate[self._bins(confidence)]
+
+    def observe(self, confidences: list[torch.Tensor], num_accepted: list[int]):
+        """Verified drafts: each one's per-position confidences [K_i] and how many were accepted.
+
+        Drafts 1..n of a request were accepted and draft n+1 (if any) rejected; later ones say
+        nothing about their own chances.
+        """
+        bins, outcomes = [], []
+        for confidence, accepted in zip(confidences, num_accepted):
+            seen = min(accepted + 1, confidence.numel())
+            bins.append(self._bins(confidence[:seen]))
+            outcomes.append((torch.arange(seen) < accepted).to(torch.float64))
+        self.num_drafts_seen += len(bins)
+        if not bins:
+            return
+        bins_t, outcomes_t = torch.cat(bins), torch.cat(outcomes)
+        self.tried *= self.decay
+        self.accepted *= self.decay
+        self.tried.index_add_(0, bins_t, torch.ones_like(outcomes_t))
+        self.accepted.index_add_(0, bins_t, outcomes_t)
+
+
+class DraftPolicy:
+    """Per-step decisions for one drafter: whether to run the draft pass at all, then how
+    many of its drafts each request gets verified."""
+
+    def __init__(self, mode: PolicyMode, costs: CostModel, block: int,
+                 prior_acceptance: float = 0.7, smoothing: float = 0.1,
+                 explore_every: int = 32):
+        if block < 1:
+            raise ValueError(f"draft block must be >= 1, got {block}")
+        self.mode = mode
+        self.costs = costs
+        self.block = block
+        self.calibration = ConfidenceCalibration()
+        # Expected cumulative acceptance per position before seeing this step's drafts, learnt
+        # from recent drafts; it starts optimistic so that a new drafter gets tried.
+        self.prior_curve = cumulative_acceptance(torch.full((block,), prior_acceptance))
+        self.curve = self.prior_curve.clone()
+        self.smoothing = smoothing
+        self.explore_every = explore_every
+        self.steps_without_drafts = 0
+        self.step = 0
+        self._worth_drafting: dict[tuple[int, bool], bool] = {}  # (batch, prior?) -> answer
+
+    def _drafts_pay_off(self, batch: int, prior: bool) -> bool:
+        key = (batch, prior)
+        if key not in self._worth_drafting:
+            curve = self.prior_curve if prior else self.curve
+            self._worth_drafting[key] = any(plan_draft_lengths(curve.expand(batch, -1),
+                                                               self.costs))
+        return self._worth_drafting[key]
+
+    def should_draft(self, batch: int) -> bool:
+        """Before the draft pass: is any request expected to get drafts verified?"""
+        if self.mode is PolicyMode.OFF:
+            return False
+        if self.mode is not PolicyMode.ADAPTIVE or self._drafts_pay_off(batch, prior=False):
+            return True
+        # The drafter looks unhelpful. Re-check now and then, but only when the load would let
+        # a good drafter pay off: under heavy load the draft pass is never worth trying.
+        self.steps_without_drafts += 1
+        if self.steps_without_drafts < self.explore_every:
+            return False
+        if not self._drafts_pay_off(batch, prior=True):
+            return False
+        self.steps_without_drafts = 0
+        return True
+
+    def choose(self, batch: int, confidence: torch.Tensor | None, limit: int) -> list[int]:
+        """After the draft pass: draft lengths [B] from the drafts' top-1 probabilities
+        [B, K] (None when the drafter did not report them), each at most `limit`."""
+        self.step += 1
+        if self.mode is PolicyMode.OFF:
+            return [0] * batch
+        if self.mode is PolicyMode.STAGGER:
+            return [(self.step + i) % (limit + 1) for i in range(batch)]
+        if self.mode is PolicyMode.FULL or confidence is None:
+            return [limit] * batch
+        gains = cumulative_acceptance(self.calibration(confidence[:, :limit]))
+        mean = gains.mean(dim=0)
+        mean = torch.cat([mean, mean.new_zeros(self.block - mean.numel())])
+        self.curve = (1 - self.smoothing) * self.curve + self.smoothing * mean
+        self._worth_drafting = {k: v for k, v in self._worth_drafting.items() if k[1]}
+        lengths = plan_draft_lengths(gains, self.costs)
+        if any(lengths):
+            self.steps_without_drafts = 0
+        return lengths
+
+    def observe(self, confidences: list[torch.Tensor], num_accepted: list[int]):
+        """Feedback from verification (see ConfidenceCalibration.observe)."""
+        self.calibration.observe(confidences, num_accepted)
+
+
+def batch_size_schedule(costs: CostModel, block: int, max_batch: int,
+                        acceptance: float = 0.7) -> list[tuple[int, int, int]]:
+    """A per-batch-size draft length for engines that can only vary K with the batch size
+    (vLLM's `num_speculative_tokens_per_batch_size`, e.g. under GPU async scheduling): the
+    policy's choice for a drafter of the given per-position acceptance, as inclusive
+    (first_batch, last_batch, K) ranges."""
+    curve = cumulative_acceptance(torch.full((block,), acceptance))
+    schedule: list[tuple[int, int, int]] = []
+    for batch in range(1, max_batch + 1):
+        k = max(plan_draft_lengths(curve.expand(batch, -1), costs))
+        if schedule and schedule[-1][2] == k:
+            schedule[-1] = (schedule[-1][0], batch, k)
+        else:
+            schedule.append((batch, batch, k))
+    return schedule

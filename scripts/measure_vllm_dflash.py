@@ -1,0 +1,117 @@
+"""Step costs and tokens/s of vLLM with the dflash plugin, vLLM's native DFlash, or no
+speculation, at several batch sizes (offline `LLM.generate`, greedy, ignore_eos).
+
+One engine per run (start-up compiles; cached afterwards):
+  python scripts/measure_vllm_dflash.py none
+  python scripts/measure_vllm_dflash.py plugin --draft DRAFT [--policy adaptive|full|off]
+  python scripts/measure_vllm_dflash.py native --draft DRAFT        # VLLM_PLUGINS excludes us
+
+Besides wall-clock tokens/s it reports tokens per CPU-second of the engine's processes, which
+moves much less than wall time on a machine shared with other jobs. Results are appended as
+JSON lines to --out. With an untrained drafter every step yields one token per request, so
+1 / (steps per second) is the step cost the policy's cost model describes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("mode", choices=["none", "plugin", "native"])
+    parser.add_argument("--draft", help="drafter folder (plugin / native)")
+    parser.add_argument("--target", help="target folder (default: the embedded SmolLM2)")
+    parser.add_argument("--policy", default="adaptive", help="DFLASH_DRAFT_POLICY for plugin")
+    parser.add_argument("--k", type=int, default=15, help="num_speculative_tokens")
+    parser.add_argument("--batches", default="1,4,16,32")
+    parser.add_argument("--tokens", type=int, default=64, help="new tokens per request")
+    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--dtype", default="bfloat16")
+    parser.add_argument("--eager", action="store_true", help="no torch.compile")
+    parser.add_argument("--out", default="measure_vllm_dflash.jsonl")
+    return parser.parse_args(argv)
+
+
+def configure_env(args):
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    if args.mode == "native":
+        os.environ["VLLM_PLUGINS"] = ""  # a list that names no plugin
+    if args.mode == "plugin":
+        os.environ["DFLASH_DRAFT_POLICY"] = args.policy
+
+
+def engine_cpu_seconds() -> dict[str, float]:
+    """CPU seconds used so far by the engine's processes, by process title."""
+    import psutil
+
+    used: dict[str, float] = {}
+    for proc in psutil.Process().children(recursive=True):
+        try:
+            times, name = proc.cpu_times(), proc.name()
+        except psutil.NoSuchProcess:
+            continue
+        used[name] = used.get(name, 0.0) + times.user + times.system
+    return used
+
+
+def spec_counters(llm) -> dict[str, float]:
+    return {m.name.removeprefix("vllm:spec_decode_"): m.value for m in llm.get_metrics()
+            if m.name.startswith("vllm:spec_decode_num") and hasattr(m, "value")}
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    configure_env(args)
+    from vllm import LLM, SamplingParams
+
+    from dflash_plugin.target import resolve_target
+
+    target = str(resolve_target(args.target))
+    engine_kwargs = dict(model=target, dtype=args.dtype, max_model_len=1024, seed=0,
+                         max_num_seqs=32, kv_cache_memory_bytes=1 << 30, disable_log_stats=False,
+                         enforce_eager=args.eager)
+    if args.mode != "none":
+        if not args.draft:
+            sys.exit("--draft is required for plugin / native")
+        engine_kwargs["speculative_config"] = {"method": "dflash", "model": args.draft,
+                                               "num_speculative_tokens": args.k}
+    began = time.perf_counter()
+    llm = LLM(**engine_kwargs)
+    startup = time.perf_counter() - began
+    prompts = [f"Question {i}: describe, step by step, how a {w} works."
+               for i, w in enumerate(["bicycle", "clock", "compiler", "kettle"] * 8)]
+    params = SamplingParams(temperature=0.0, max_tokens=args.tokens, ignore_eos=True)
+    llm.generate(prompts[:2], params, use_tqdm=False)  # warm-up
+    for _ in range(args.repeats):
+        for batch in (int(b) for b in args.batches.split(",")):
+            before, cpu_before = spec_counters(llm), engine_cpu_seconds()
+            began = time.perf_counter()
+            outputs = llm.generate(prompts[:batch], params, use_tqdm=False)
+            wall = time.perf_counter() - began
+            cpu_after = engine_cpu_seconds()
+            cpu = sum(cpu_after.values()) - sum(cpu_before.values())
+            worker_cpu = sum(v - cpu_before.get(k, 0.0) for k, v in cpu_after.items()
+                             if "Worker" in k)
+            after = spec_counters(llm)
+            tokens = sum(len(o.outputs[0].token_ids) for o in outputs)
+            row = dict(mode=args.mode, policy=args.policy if args.mode == "plugin" else None,
+                       k=args.k, batch=batch, tokens=tokens, wall_s=round(wall, 3),
+                       cpu_s=round(cpu, 3), tok_per_s=round(tokens / wall, 2),
+                       tok_per_cpu_s=round(tokens / cpu, 2),
+                       worker_cpu_s=round(worker_cpu, 3), startup_s=round(startup, 1),
+                       load=round(os.getloadavg()[0], 1),
+                       **{k: after.get(k, 0) - before.get(k, 0) for k in after})
+            print(json.dumps(row), flush=True)
+            with open(args.out, "a") as f:
+                f.write(json.dumps(row) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

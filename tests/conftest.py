@@ -1,0 +1,54 @@
+"""Shared fixtures: the real SmolLM2 target (float32 and bfloat16, loaded once per session),
+random-weight drafters, and a tiny random Llama target for fast statistical tests."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+from core_helpers import PROMPTS, make_drafter, tiny_llama
+
+# On a small shared CPU, many threads fight each other; one thread is far faster (measured
+# ~30x under load). Override with DFLASH_TEST_THREADS.
+torch.set_num_threads(int(os.environ.get("DFLASH_TEST_THREADS", "1")))
+
+
+@pytest.fixture(scope="session")
+def smollm_f32():
+    from dflash_plugin.target import load_target
+    return load_target(None, torch.float32)
+
+
+@pytest.fixture(scope="session")
+def smollm_bf16():
+    from dflash_plugin.target import load_target
+    return load_target(None, torch.bfloat16)
+
+
+@pytest.fixture(scope="session")
+def target_f32(smollm_f32):
+    return smollm_f32[0]
+
+
+@pytest.fixture(scope="session")
+def tokenizer(smollm_f32):
+    return smollm_f32[1]
+
+
+@pytest.fixture(scope="session")
+def drafter_f32(target_f32):
+    return make_drafter(target_f32)
+
+
+@pytest.fixture(scope="session")
+def chat_prompts(tokenizer):
+    from dflash_plugin.prompt_io import encode_chat
+    return [torch.tensor([encode_chat(tokenizer, [{"role": "user", "content": p}])])
+            for p in PROMPTS]
+
+
+@pytest.fixture(scope="session")
+def tiny_target():
+    return tiny_llama(seed=0, vocab_size=16, logit_scale=10.0)

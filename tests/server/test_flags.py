@@ -1,0 +1,262 @@
+"""`dflash serve` / `dflash bench` flag handling, YAML configs and bench arithmetic; no server."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dflash_plugin.cli import build_parser
+from dflash_plugin.cli import main as cli_main
+from dflash_plugin.errors import DFlashError
+from dflash_plugin.serving import bench, flags
+
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+
+
+def parse(*argv):
+    return build_parser().parse_args(["serve", *argv])
+
+
+def options(*argv):
+    return flags.options_from_args(parse(*argv))
+
+
+def launch(*argv):
+    return flags.build_launch(flags.resolve(options(*argv)))
+
+
+def spec_config(argv: list[str]) -> dict:
+    return json.loads(argv[argv.index("--speculative-config") + 1])
+
+
+def run_cli(*argv, timeout=120):
+    return subprocess.run([sys.executable, "-m", "dflash_plugin.cli", *argv], capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def main_in_process(capsys, *argv) -> tuple[int, str]:
+    code = cli_main(list(argv))
+    return code, capsys.readouterr().err
+
+
+def test_dflash_flags_become_a_vllm_speculative_config(random_drafter):
+    result = launch("--speculative-draft-model-path", str(random_drafter), "--port", "8123",
+                    "--dtype", "float32", "--context-length", "1024")
+    argv = result.argv
+    assert argv[1:4] == ["-m", "dflash_plugin.serving.vllm_main", "serve"]
+    assert argv[argv.index("--port") + 1] == "8123"
+    assert argv[argv.index("--dtype") + 1] == "float32"
+    assert argv[argv.index("--max-model-len") + 1] == "1024"
+    assert argv[argv.index("--served-model-name") + 1] == "SmolLM2-135M-Instruct"
+    # num_speculative_tokens = block_size - 1 by default
+    assert spec_config(argv) == {"method": "dflash", "model": str(random_drafter),
+                                 "num_speculative_tokens": 15}
+    assert result.env_defaults["HF_HUB_OFFLINE"] == "1"
+
+
+def test_num_draft_tokens_counts_the_anchor(random_drafter):
+    argv = launch("--speculative-draft-model-path", str(random_drafter),
+                  "--speculative-num-draft-tokens", "8").argv
+    assert spec_config(argv)["num_speculative_tokens"] == 7
+
+
+def test_ngram_and_none(random_drafter):
+    ngram = spec_config(launch("--speculative-algorithm", "ngram").argv)
+    assert ngram["method"] == "ngram" and ngram["num_speculative_tokens"] == 4
+    none = launch("--speculative-algorithm", "NONE", "--speculative-draft-model-path",
+                  str(random_drafter)).argv
+    assert "--speculative-config" not in none
+
+
+def test_unknown_args_and_args_after_double_dash_pass_through(random_drafter):
+    args = parse("--speculative-draft-model-path", str(random_drafter), "--enforce-eager",
+                 "--max-num-seqs", "8", "--port", "9000", "--", "--dtype", "float16")
+    assert args.engine_args == ["--enforce-eager", "--max-num-seqs", "8", "--dtype", "float16"]
+    assert args.port == 9000 and not hasattr(args, "dtype")
+    argv = flags.vllm_launch(flags.resolve(flags.options_from_args(args))).argv
+    assert argv[-5:] == ["--enforce-eager", "--max-num-seqs", "8", "--dtype", "float16"]
+
+
+def test_vllm_spellings_are_aliases():
+    args = parse("--max-model-len", "512", "--gpu-memory-utilization", "0.4", "--model", "/x")
+    assert (args.context_length, args.mem_fraction_static, args.model_path) == (512, 0.4, "/x")
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--speculative-algorithm", "EAGLE9"], "invalid choice 'EAGLE9'"),
+    (["--port", "70000"], "port must be in 1..65535"),
+    (["--port", "http"], "expected an integer"),
+    (["--speculative-num-draft-tokens", "1"], "must be >= 2"),
+    (["--mem-fraction-static", "1.5"], "must be in (0, 1]"),
+    (["--dtype", "int3"], "invalid choice 'int3'"),
+    (["--engine", "tgi"], "invalid choice 'tgi'"),
+])
+def test_bad_flag_values_are_cli_errors(argv, message, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        parse(*argv)
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_checkpoint_problems_are_errors_before_start(random_drafter, tmp_path):
+    with pytest.raises(DFlashError, match="larger than the drafter's block_size 16"):
+        launch("--speculative-draft-model-path", str(random_drafter),
+               "--speculative-num-draft-tokens", "17")
+    with pytest.raises(DFlashError, match="no config.json"):
+        launch("--speculative-draft-model-path", str(tmp_path))
+    with pytest.raises(DFlashError, match="not a Hugging Face model folder"):
+        launch("--model-path", str(tmp_path), "--speculative-algorithm", "NONE")
+    with pytest.raises(DFlashError, match="needs --speculative-draft-model-path"):
+        launch("--model-path", str(random_drafter))
+
+
+def test_missing_shipped_drafter_is_explained(shipped_drafter, capsys):
+    if shipped_drafter is not None:
+        pytest.skip("the shipped drafter exists")
+    code, err = main_in_process(capsys, "serve", "--print-command")
+    assert code == 2
+    assert "shipped drafter" in err and "--speculative-draft-model-path" in err
+
+
+def test_yaml_config_and_precedence(random_drafter, tmp_path):
+    config = tmp_path / "serve.yaml"
+    config.write_text(f"""
+speculative-draft-model-path: {random_drafter}
+port: 8100
+dtype: float32
+context_length: 1024
+engine-args:
+  enforce-eager: true
+  enable-prefix-caching: false
+  max-num-seqs: 4
+  compilation-config: {{mode: 0}}
+env:
+  VLLM_CPU_OMP_THREADS_BIND: "0"
+""")
+    result = launch("--config", str(config), "--port", "8200", "--", "--seed", "1")
+    argv = result.argv
+    assert argv[argv.index("--port") + 1] == "8200"  # the command line wins
+    assert argv[argv.index("--dtype") + 1] == "float32"
+    assert argv[argv.index("--max-model-len") + 1] == "1024"
+    assert argv[-8:] == ["--enforce-eager", "--no-enable-prefix-caching", "--max-num-seqs", "4",
+                         "--compilation-config", '{"mode": 0}', "--seed", "1"]
+    assert result.env == {"VLLM_CPU_OMP_THREADS_BIND": "0"}
+    assert result.environ({})["VLLM_CPU_OMP_THREADS_BIND"] == "0"
+
+
+@pytest.mark.parametrize("text, message", [
+    ("speculative-algoritm: DFLASH\n", "unknown key 'speculative-algoritm'"),
+    ("port: -3\n", "port: port must be in 1..65535"),
+    ("speculative-algorithm: MEDUSA\n", "invalid choice 'MEDUSA'"),
+    ("- a\n- b\n", "expected a mapping"),
+    ("env: [1]\n", "env must be a mapping"),
+    ("port: [\n", "not valid YAML"),
+])
+def test_bad_yaml_is_a_clear_error(text, message, tmp_path):
+    config = tmp_path / "bad.yaml"
+    config.write_text(text)
+    with pytest.raises(DFlashError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        options("--config", str(config))
+
+
+@pytest.mark.parametrize("name", ["vllm-cpu-default.yaml", "vllm-qwen3-8b-dflash.yaml",
+                                  "vllm-llama3.1-8b-dflash.yaml"])
+def test_shipped_configs_are_valid(name):
+    values = flags.load_yaml(CONFIGS / name)
+    assert values["engine"] == "vllm" and values["speculative_algorithm"] == "DFLASH"
+
+
+def test_qwen3_config_translation():
+    opts = flags.resolve(options("--config", str(CONFIGS / "vllm-qwen3-8b-dflash.yaml")))
+    argv = flags.vllm_launch(opts).argv
+    assert argv[4] == "Qwen/Qwen3-8B"
+    assert argv[argv.index("--attention-backend") + 1] == "FLASHINFER"
+    assert spec_config(argv) == {"method": "dflash", "model": "z-lab/Qwen3-8B-DFlash-b16",
+                                 "num_speculative_tokens": 15, "attention_backend": "FLASH_ATTN"}
+
+
+def test_sglang_engine_calls_the_adapter_or_says_it_is_missing(random_drafter, monkeypatch):
+    opts = flags.resolve(options("--engine", "sglang", "--speculative-draft-model-path",
+                                 str(random_drafter), "--", "--disable-cuda-graph"))
+    try:
+        import sglang_ext.server_args  # noqa: F401
+    except ImportError:
+        with pytest.raises(DFlashError, match="SGLang adapter not available"):
+            flags.build_launch(opts)
+        return
+    calls = []
+    monkeypatch.setattr("sglang_ext.server_args.build_launch_command",
+                        lambda f, p: calls.append((f, p)) or ["sglang", "serve"])
+    assert flags.build_launch(opts).argv == ["sglang", "serve"]
+    flag_dict, passthrough = calls[0]
+    assert flag_dict["speculative_algorithm"] == "DFLASH"
+    assert flag_dict["speculative_num_draft_tokens"] == 16
+    assert passthrough == ["--disable-cuda-graph"]
+
+
+# ---------------------------------------------------------------------------------------------
+# bench helpers
+
+METRICS = """# HELP vllm:spec_decode_num_drafts_total Number of spec decoding drafts.
+# TYPE vllm:spec_decode_num_drafts_total counter
+vllm:spec_decode_num_drafts_total{engine="0",model_name="m"} 10.0
+vllm:spec_decode_num_draft_tokens_total{engine="0",model_name="m"} 150.0
+vllm:spec_decode_num_accepted_tokens_total{engine="0",model_name="m"} 25.0
+vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",position="0"} 20.0
+"""
+
+
+def test_metrics_parsing_and_acceptance_length():
+    after = bench.parse_counters(METRICS)
+    assert after == {"vllm:spec_decode_num_drafts": 10.0, "vllm:spec_decode_num_draft_tokens": 150.0,
+                     "vllm:spec_decode_num_accepted_tokens": 25.0}
+    before = dict.fromkeys(after, 0.0)
+    assert bench.acceptance_length(before, after) == pytest.approx(3.5)
+    assert bench.acceptance_length(after, after) is None
+
+
+def test_summary_rows_speedups_and_plots(tmp_path):
+    R = bench.RequestResult
+    none = bench.summarize("none", 4, [R(True, 2.0, 0.1, 20), R(True, 2.0, 0.2, 20)], 4.0)
+    assert none["output_tokens_per_s"] == 10.0 and none["ttft_ms"] == pytest.approx(150.0)
+    assert none["tpot_ms"] == pytest.approx(1000 * (1.9 + 1.8) / 2 / 19, abs=0.01)
+    spec = bench.summarize("dflash", 4, [R(True, 1.0, 0.1, 40), R(False, 0.5, error="boom")], 2.0,
+                           dict.fromkeys(bench.SPEC_COUNTERS, 0.0), bench.parse_counters(METRICS))
+    assert spec["failed"] == 1 and spec["accept_length"] == 3.5 and spec["errors"] == ["boom"]
+    rows = bench.add_speedups([none, spec])
+    assert rows[1]["speedup"] == 2.0 and rows[0]["speedup"] == 1.0
+    for key in ("algorithm", "concurrency", "output_tokens_per_s", "tpot_ms", "ttft_ms",
+                "accept_length", "speedup"):
+        assert key in rows[0]
+    paths = bench.write_plots(rows, tmp_path / "out.json")
+    assert [p.name for p in paths] == ["out_throughput.png", "out_speedup.png"]
+    assert all(p.stat().st_size > 1000 for p in paths)
+    assert "dflash" in bench.format_table(rows)
+
+
+def test_builtin_bench_prompts():
+    prompts = bench.read_prompts(None)
+    assert len(prompts) >= 32 and len(set(prompts)) == len(prompts)
+
+
+def test_bench_plugin_switch(monkeypatch):
+    from dflash_plugin.commands.bench import plugin_env
+    native = plugin_env("dflash-native", {})["VLLM_PLUGINS"].split(",")
+    assert "dflash" not in native
+    assert plugin_env("dflash", {}) == {}
+    assert plugin_env("dflash-native", {"VLLM_PLUGINS": "dflash,other"}) == {"VLLM_PLUGINS": "other"}
+    assert plugin_env("dflash", {"VLLM_PLUGINS": "other"}) == {"VLLM_PLUGINS": "other,dflash"}
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--algorithms", "none,eagle"], "unknown --algorithms ['eagle']"),
+    (["--concurrency", "1,x"], "comma list of integers"),
+    (["--concurrency", "0"], ">= 1"),
+    (["--max-tokens", "0"], "--max-tokens must be >= 1"),
+])
+def test_bench_bad_arguments(argv, message, capsys):
+    code, err = main_in_process(capsys, "bench", *argv)
+    assert code == 2
+    assert message in err

@@ -1,0 +1,136 @@
+"""The load-aware drafting policy on its own (no engine)."""
+
+import pytest
+import torch
+
+from dflash_plugin.draft_policy import (
+    CPU_COSTS,
+    CUDA_COSTS,
+    ConfidenceCalibration,
+    CostModel,
+    DraftPolicy,
+    PolicyMode,
+    cumulative_acceptance,
+    parse_cost_model,
+    plan_draft_lengths,
+)
+
+BLOCK = 15
+
+
+def plan(batch: int, acceptance: float, costs: CostModel = CPU_COSTS) -> list[int]:
+    gains = cumulative_acceptance(torch.full((batch, BLOCK), acceptance))
+    return plan_draft_lengths(gains, costs)
+
+
+def test_full_block_for_one_confident_request():
+    assert plan(1, 0.97) == [BLOCK]
+
+
+def test_no_drafts_when_the_gain_does_not_pay_for_them():
+    assert plan(1, 0.02) == [0]
+    assert plan(32, 0.6) == [0] * 32
+
+
+@pytest.mark.parametrize("costs", [CPU_COSTS, CUDA_COSTS])
+@pytest.mark.parametrize("acceptance", [0.5, 0.7, 0.85, 0.95])
+def test_drafts_shrink_as_the_batch_grows(costs, acceptance):
+    per_request = [max(plan(batch, acceptance, costs)) for batch in (1, 2, 4, 8, 16, 32, 64)]
+    assert per_request == sorted(per_request, reverse=True)
+
+
+@pytest.mark.parametrize("batch", [1, 4, 16])
+def test_drafts_grow_with_confidence(batch):
+    lengths = [max(plan(batch, p)) for p in (0.05, 0.2, 0.4, 0.6, 0.8, 0.9, 0.95, 0.99)]
+    assert lengths == sorted(lengths)
+    assert lengths[-1] > 0
+
+
+def test_confident_requests_get_longer_drafts_than_unsure_ones():
+    acceptance = torch.tensor([[0.95] * BLOCK, [0.5] * BLOCK, [0.05] * BLOCK])
+    lengths = plan_draft_lengths(cumulative_acceptance(acceptance), CPU_COSTS)
+    assert lengths[0] > lengths[1] > lengths[2] == 0
+
+
+def test_each_request_gets_a_prefix_even_on_ties():
+    acceptance = torch.tensor([[1.0, 1.0, 0.0, 1.0]])
+    assert plan_draft_lengths(cumulative_acceptance(acceptance), CPU_COSTS) == [2]
+
+
+def test_plan_never_beats_plain_by_less_than_the_margin():
+    costs = CPU_COSTS
+    for batch in (1, 4, 16, 32):
+        for p in (0.3, 0.6, 0.8, 0.95):
+            lengths = plan(batch, p, costs)
+            if not any(lengths):
+                continue
+            gains = cumulative_acceptance(torch.full((BLOCK,), p))
+            tokens = sum(1 + float(gains[:k].sum()) for k in lengths)
+            time = costs.verify_time(batch + sum(lengths)) + costs.draft_time(batch)
+            assert tokens / time >= costs.min_speedup * batch / costs.verify_time(batch)
+
+
+def test_cost_model_override_and_errors():
+    costs = parse_cost_model("verify_per_token=0.5, draft_fixed=0", CPU_COSTS)
+    assert costs.verify_per_token == 0.5 and costs.draft_fixed == 0
+    assert costs.draft_per_request == CPU_COSTS.draft_per_request
+    assert parse_cost_model("", CPU_COSTS) == CPU_COSTS
+    with pytest.raises(ValueError, match="verify_speed"):
+        parse_cost_model("verify_speed=1", CPU_COSTS)
+    with pytest.raises(ValueError, match="not a number"):
+        parse_cost_model("draft_fixed=fast", CPU_COSTS)
+    with pytest.raises(ValueError, match=">= 0"):
+        parse_cost_model("draft_fixed=-1", CPU_COSTS)
+
+
+def test_calibration_learns_an_overconfident_drafter():
+    calibration = ConfidenceCalibration()
+    confident = torch.tensor([0.95, 0.95, 0.95])
+    assert float(calibration(confident)[0]) > 0.9
+    for _ in range(200):  # the first draft is always rejected
+        calibration.observe([confident], [0])
+    assert float(calibration(confident)[0]) < 0.2
+    # Positions after the first rejection were never judged: other bins keep their prior.
+    assert abs(float(calibration(torch.tensor([0.55]))[0]) - 0.55) < 1e-6
+
+
+def test_calibration_counts_accepted_prefix_and_first_rejection_only():
+    calibration = ConfidenceCalibration(num_bins=2, prior_weight=1.0, decay=1.0)
+    calibration.observe([torch.tensor([0.9, 0.9, 0.2, 0.2])], [2])
+    # high bin: prior 0.75/1 + 2 accepted of 2; low bin: prior 0.25/1 + 0 of 1 (4th unseen)
+    assert torch.allclose(calibration(torch.tensor([0.9, 0.2])),
+                          torch.tensor([2.75 / 3, 0.25 / 2], dtype=torch.float64))
+
+
+def test_policy_skips_the_draft_pass_for_a_useless_drafter_then_explores():
+    policy = DraftPolicy(PolicyMode.ADAPTIVE, CPU_COSTS, BLOCK, explore_every=4)
+    assert policy.should_draft(1)  # optimistic start: try the drafter
+    for _ in range(40):  # it is useless: the learnt curve collapses
+        assert policy.choose(1, torch.full((1, BLOCK), 1e-4), BLOCK) == [0]
+    decisions = [policy.should_draft(1) for _ in range(8)]
+    assert decisions == [False, False, False, True] * 2
+    # Under heavy load even a good drafter would not pay: never explore there.
+    assert not any(policy.should_draft(256) for _ in range(20))
+
+
+def test_policy_modes():
+    confidence = torch.full((3, BLOCK), 0.99)
+    off = DraftPolicy(PolicyMode.OFF, CPU_COSTS, BLOCK)
+    assert not off.should_draft(1) and off.choose(3, confidence, BLOCK) == [0, 0, 0]
+    full = DraftPolicy(PolicyMode.FULL, CPU_COSTS, BLOCK)
+    assert full.should_draft(64) and full.choose(3, None, BLOCK) == [BLOCK] * 3
+    stagger = DraftPolicy(PolicyMode.STAGGER, CPU_COSTS, BLOCK)
+    lengths = [n for _ in range(BLOCK + 1) for n in stagger.choose(3, None, BLOCK)]
+    assert set(lengths) == set(range(BLOCK + 1))
+    adaptive = DraftPolicy(PolicyMode.ADAPTIVE, CPU_COSTS, BLOCK)
+    assert adaptive.choose(2, None, 7) == [7, 7]  # no confidences reported: vLLM's behaviour
+
+
+def test_batch_size_schedule_for_engines_without_per_request_lengths():
+    from dflash_plugin.draft_policy import batch_size_schedule
+
+    schedule = batch_size_schedule(CPU_COSTS, BLOCK, max_batch=64, acceptance=0.8)
+    assert schedule[0][0] == 1 and schedule[-1][1] == 64
+    assert all(a[1] + 1 == b[0] for a, b in zip(schedule, schedule[1:]))  # contiguous
+    ks = [k for _, _, k in schedule]
+    assert ks == sorted(ks, reverse=True) and ks[0] > 0 and ks[-1] == 0

@@ -1,0 +1,123 @@
+"""Load-aware drafting inside vLLM: turns the proposer's tensors into the inputs of
+`dflash_plugin.draft_policy` and its answer back into per-request draft lists.
+
+One `Drafting` object lives on each drafter built by this plugin (`DFlashVllmDrafter`).
+
+Environment (read in the worker when the drafter is built):
+  DFLASH_DRAFT_POLICY = adaptive (default) | full | off | stagger
+  DFLASH_COST_MODEL   = "verify_per_token=0.09,draft_fixed=0.15,..." overrides fields of the
+                        platform's preset (draft_policy.CPU_COSTS / CUDA_COSTS)
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from contextlib import contextmanager
+
+import torch
+
+from dflash_plugin.draft_policy import (
+    CPU_COSTS,
+    CUDA_COSTS,
+    CostModel,
+    DraftPolicy,
+    PolicyMode,
+    parse_cost_model,
+)
+
+logger = logging.getLogger(f"vllm.{__name__}")  # under vLLM's log handler
+
+POLICY_ENV = "DFLASH_DRAFT_POLICY"
+COST_MODEL_ENV = "DFLASH_COST_MODEL"
+
+
+def policy_mode_from_env() -> PolicyMode:
+    value = os.environ.get(POLICY_ENV, PolicyMode.ADAPTIVE.value).strip().lower()
+    try:
+        return PolicyMode(value)
+    except ValueError:
+        choices = ", ".join(m.value for m in PolicyMode)
+        raise ValueError(f"{POLICY_ENV}={value!r}: expected one of {choices}") from None
+
+
+def cost_model_from_env(is_cpu: bool) -> CostModel:
+    base = CPU_COSTS if is_cpu else CUDA_COSTS
+    return parse_cost_model(os.environ.get(COST_MODEL_ENV, ""), base)
+
+
+def top1_probability(logits: torch.Tensor) -> torch.Tensor:
+    """[rows, V] logits -> [rows] probability of the argmax token (float32)."""
+    return torch.softmax(logits, dim=-1, dtype=torch.float32).amax(dim=-1)
+
+
+class Drafting:
+    """Per-drafter state between steps: the policy, the confidences of the last draft pass, and
+    the drafts handed to the scheduler (to learn from their verification next step)."""
+
+    def __init__(self, policy: DraftPolicy):
+        self.policy = policy
+        self.confidence: torch.Tensor | None = None  # [rows] from the last compute_logits
+        # (bonus token, *drafts) of each request drafted last step -> the drafts' confidences.
+        # Rows move between steps; the verified tokens themselves identify the request.
+        self._pending: dict[tuple[int, ...], torch.Tensor] = {}
+        self._collecting = False  # inside the hooked draft pass
+
+    @property
+    def wants_confidence(self) -> bool:
+        """Only inside the hooked draft pass, and only if the policy learns from them
+        (stagger does too, so that tests exercise the feedback path with any drafter)."""
+        return self._collecting and self.policy.mode in (PolicyMode.ADAPTIVE, PolicyMode.STAGGER)
+
+    @contextmanager
+    def collecting_confidence(self):
+        self._collecting = True
+        try:
+            yield
+        finally:
+            self._collecting = False
+
+    def learn(self, target_token_ids: torch.Tensor, query_start_loc_cpu: torch.Tensor,
+              num_rejected: torch.Tensor | None):
+        """Feed last step's verification results to the policy.
+
+        target_token_ids [T]: this step's target input (per request: bonus token, then the
+        drafts it verified); num_rejected [B]: how many of those drafts were rejected.
+        """
+        pending, self._pending = self._pending, {}
+        if not pending or num_rejected is None:
+            return
+        ids = target_token_ids.tolist()
+        starts = query_start_loc_cpu.tolist()
+        rejected = num_rejected.tolist()
+        confidences, accepted = [], []
+        for i, num_rej in enumerate(rejected):
+            key = tuple(ids[starts[i]:starts[i + 1]])
+            confidence = pending.get(key)
+            if confidence is not None:
+                confidences.append(confidence)
+                accepted.append(len(key) - 1 - num_rej)
+        if confidences:
+            self.policy.observe(confidences, accepted)
+
+    def select(self, drafts: torch.Tensor, next_token_ids: torch.Tensor) -> list[list[int]]:
+        """drafts [B, K] -> each request's drafts to verify (a prefix, possibly empty)."""
+        batch, block = drafts.shape
+        confidence, self.confidence = self.confidence, None
+        if confidence is not None and confidence.numel() == batch * block:
+            confidence = confidence.view(batch, block)
+        else:
+            confidence = None
+        lengths = self.policy.choose(batch, confidence, block)
+        rows = drafts.tolist()
+        bonus = next_token_ids.tolist()
+        selected = []
+        for i, (row, length) in enumerate(zip(rows, lengths)):
+            selected.append(row[:length])
+            if length and confidence is not None:
+                self._pending[(bonus[i], *row[:length])] = confidence[i, :length]
+        return selected
+
+    def skipped(self):
+        """No draft pass ran this step."""
+        self.confidence = None

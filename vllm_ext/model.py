@@ -1,0 +1,81 @@
+"""The drafter class vLLM builds for `DFlashDraftModel` checkpoints when the plugin is loaded.
+
+It is vLLM's own DFlash drafter (the V1 proposer asserts that class, and it already runs the
+drafting math on vLLM's paged KV cache and attention backends) plus three things:
+- at construction, the draft/target pair is checked with the core's rules, so a drafter that
+  does not fit the target fails at start-up with a message naming the mismatch;
+- it carries the load-aware drafting state (`dflash_drafting`) and installs the proposer hook
+  that applies it (vllm_ext.patches);
+- `compute_logits` records each draft position's top-1 probability for that policy.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+from vllm.config import VllmConfig
+from vllm.model_executor.models.qwen3_dflash import DFlashQwen3ForCausalLM
+from vllm.platforms import current_platform
+
+from dflash_plugin.draft_policy import DraftPolicy
+from dflash_plugin.pair_check import DrafterShape, TargetShape, check_pair_shapes
+from vllm_ext.drafting import (
+    Drafting,
+    cost_model_from_env,
+    policy_mode_from_env,
+    top1_probability,
+)
+from vllm_ext.patches import install_propose_patch
+
+logger = logging.getLogger(f"vllm.{__name__}")  # under vLLM's log handler
+
+
+def pair_shapes(vllm_config: VllmConfig) -> tuple[TargetShape, DrafterShape]:
+    """Read the target's and the drafter's shapes from vLLM's configs."""
+    spec = vllm_config.speculative_config
+    target_config = vllm_config.model_config
+    draft = spec.draft_model_config.hf_config
+    extra = getattr(draft, "dflash_config", None) or {}
+    mask_token_id = extra.get("mask_token_id", getattr(draft, "mask_token_id", None))
+    target = TargetShape(num_layers=target_config.get_total_num_hidden_layers(),
+                         hidden_size=target_config.get_hidden_size(),
+                         vocab_size=target_config.get_vocab_size())
+    drafter = DrafterShape(
+        # Without ids vLLM picks its own default layers, which always exist.
+        target_layer_ids=tuple(int(i) for i in extra.get("target_layer_ids", ())),
+        mask_token_id=-1 if mask_token_id is None else int(mask_token_id),
+        hidden_size=draft.hidden_size,
+        vocab_size=draft.vocab_size,
+        target_hidden_size=(getattr(draft, "target_hidden_size", None)
+                            or extra.get("target_hidden_size") or draft.hidden_size),
+        num_target_layers=getattr(draft, "num_target_layers", None),
+    )
+    return target, drafter
+
+
+class DFlashVllmDrafter(DFlashQwen3ForCausalLM):
+    def __init__(self, *, vllm_config: VllmConfig, prefix: str = ""):
+        check_pair_shapes(*pair_shapes(vllm_config))
+        super().__init__(vllm_config=vllm_config, prefix=prefix)
+        spec = vllm_config.speculative_config
+        block = getattr(self.config, "block_size", None)
+        if block is not None and spec.num_speculative_tokens > block - 1:
+            logger.warning("dflash plugin: num_speculative_tokens=%d exceeds the %d drafts the "
+                           "drafter was trained to fill (block_size %d)",
+                           spec.num_speculative_tokens, block - 1, block)
+        policy = DraftPolicy(policy_mode_from_env(),
+                             cost_model_from_env(current_platform.is_cpu()),
+                             block=spec.num_speculative_tokens)
+        self.dflash_drafting = Drafting(policy)
+        if not install_propose_patch():
+            self.dflash_drafting = None
+        logger.info("dflash plugin: drafter %s, draft policy %s, costs %s",
+                    spec.draft_model_config.model, policy.mode.value, policy.costs)
+
+    def compute_logits(self, hidden_states: torch.Tensor) -> torch.Tensor | None:
+        logits = super().compute_logits(hidden_states)
+        drafting = self.dflash_drafting
+        if logits is not None and drafting is not None and drafting.wants_confidence:
+            drafting.confidence = top1_probability(logits)
+        return logits

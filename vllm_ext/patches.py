@@ -1,0 +1,135 @@
+"""The one patch this plugin applies to vLLM, and its guards.
+
+Ledger
+------
+P1  Target:  vllm.v1.spec_decode.dflash.DFlashProposer.propose  (V1 model runner). DFlashProposer
+             inherits it from SpecDecodeBaseProposer; the patch adds an override on
+             DFlashProposer only, so EAGLE and the other proposers are untouched.
+    Why:     vLLM verifies every drafted token: the proposer returns a [batch, K] block, with
+             one K per step (num_speculative_tokens, or num_speculative_tokens_per_batch_size).
+             Load-aware drafting needs a length per request, including 0, and skipping the draft
+             query pass when nobody would get drafts verified.
+    How:     wraps the original, for drafters built by this plugin only (they carry a
+             `dflash_drafting` attribute; any other DFlash drafter runs the original untouched),
+             and only with synchronous scheduling (the CPU platform always uses it). It returns
+             list[list[int]], as the ngram proposer does: the V1 runner passes such lists to the
+             scheduler as they are (GPUModelRunner._get_draft_token_ids_cpu), and a shorter list
+             schedules fewer tokens to verify. When no request is to get drafts, only the
+             context K/V of the new target tokens is stored (set_inputs_first_pass +
+             build_model_inputs_first_pass), so later drafts never read stale cache slots.
+    Guard:   vLLM release series in vllm_ext.plugin.TESTED_VLLM (or the skip-version-check
+             override); DFlashProposer has propose / set_inputs_first_pass /
+             build_model_inputs_first_pass with the parameters used here. Otherwise nothing is
+             patched and the plugin's drafter behaves as vLLM's (full blocks), with a warning.
+    Removal: when vLLM lets a DFlash proposer return per-request draft lengths (for example
+             by extending `enable_adaptive_verification`, today DSpark-only, to DFlash).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import logging
+import os
+
+logger = logging.getLogger(f"vllm.{__name__}")  # under vLLM's log handler
+
+_MARKER = "__dflash_plugin_original__"
+
+PROPOSE_PARAMS = ("self", "num_speculative_tokens", "target_token_ids", "target_positions",
+                  "target_hidden_states", "next_token_ids", "token_indices_to_sample",
+                  "common_attn_metadata", "sampling_metadata", "mm_embed_inputs",
+                  "num_rejected_tokens_gpu", "slot_mappings")
+SET_INPUTS_PARAMS = ("self", "target_token_ids", "next_token_ids", "target_positions",
+                     "target_hidden_states", "token_indices_to_sample", "cad",
+                     "num_rejected_tokens_gpu")
+BUILD_INPUTS_PARAMS = ("self", "num_tokens", "num_input_tokens", "mm_embed_inputs")
+
+
+def _params(func) -> tuple[str, ...]:
+    return tuple(inspect.signature(func).parameters)
+
+
+def _guard_failures(proposer_cls) -> list[str]:
+    from vllm_ext.plugin import SKIP_VERSION_CHECK_ENV, version_is_tested, vllm_version
+
+    problems = []
+    version = vllm_version()
+    if not version_is_tested(version) and os.environ.get(SKIP_VERSION_CHECK_ENV) != "1":
+        problems.append(f"vLLM {version} is not a tested release series")
+    for name, expected in (("propose", PROPOSE_PARAMS),
+                           ("set_inputs_first_pass", SET_INPUTS_PARAMS),
+                           ("build_model_inputs_first_pass", BUILD_INPUTS_PARAMS)):
+        method = getattr(proposer_cls, name, None)
+        if method is None:
+            problems.append(f"DFlashProposer.{name} is missing")
+        elif _params(getattr(method, _MARKER, method)) != expected:
+            problems.append(f"DFlashProposer.{name} has parameters "
+                            f"{_params(getattr(method, _MARKER, method))}, expected {expected}")
+    return problems
+
+
+def install_propose_patch() -> bool:
+    """Apply P1 once per process; True if it is (now or already) in place."""
+    from vllm.v1.spec_decode.dflash import DFlashProposer
+
+    if hasattr(DFlashProposer.propose, _MARKER):
+        return True
+    problems = _guard_failures(DFlashProposer)
+    if problems:
+        logger.warning("dflash plugin: load-aware drafting disabled, vLLM's full-block drafting "
+                       "is used instead (%s)", "; ".join(problems))
+        return False
+    original = DFlashProposer.propose
+
+    @functools.wraps(original)
+    def propose(self, num_speculative_tokens, target_token_ids, target_positions,
+                target_hidden_states, next_token_ids, token_indices_to_sample,
+                common_attn_metadata, sampling_metadata, mm_embed_inputs=None,
+                num_rejected_tokens_gpu=None, slot_mappings=None):
+        args = (num_speculative_tokens, target_token_ids, target_positions,
+                target_hidden_states, next_token_ids, token_indices_to_sample,
+                common_attn_metadata, sampling_metadata, mm_embed_inputs,
+                num_rejected_tokens_gpu, slot_mappings)
+        drafting = _drafting_of(self)
+        if drafting is None or self.vllm_config.scheduler_config.async_scheduling:
+            return original(self, *args)
+        cad = common_attn_metadata
+        batch = cad.batch_size()
+        drafting.learn(target_token_ids[:cad.num_actual_tokens], cad.query_start_loc_cpu,
+                       num_rejected_tokens_gpu)
+        if num_speculative_tokens == 0 or not drafting.policy.should_draft(batch):
+            drafting.skipped()
+            self.num_speculative_tokens = num_speculative_tokens  # as the original does first
+            self._last_draft_probs = None
+            _store_context_only(self, target_token_ids, target_positions, target_hidden_states,
+                                next_token_ids, cad, num_rejected_tokens_gpu)
+            return [[] for _ in range(batch)]
+        with drafting.collecting_confidence():
+            drafts = original(self, *args)
+        return drafting.select(drafts, next_token_ids)
+
+    setattr(propose, _MARKER, original)
+    DFlashProposer.propose = propose
+    logger.info("dflash plugin: patched DFlashProposer.propose (load-aware drafting)")
+    return True
+
+
+def _drafting_of(proposer):
+    model = getattr(proposer, "model", None)
+    unwrap = getattr(model, "unwrap", None)  # CUDA-graph wrappers
+    if callable(unwrap):
+        model = unwrap()
+    return getattr(model, "dflash_drafting", None)
+
+
+def _store_context_only(proposer, target_token_ids, target_positions, target_hidden_states,
+                        next_token_ids, cad, num_rejected_tokens_gpu):
+    """What the original propose does before its query pass: project the new target features
+    to draft context K/V and write them to the draft layers' cache."""
+    context = proposer.model.combine_hidden_states(target_hidden_states)
+    num_tokens, _, _ = proposer.set_inputs_first_pass(
+        target_token_ids=target_token_ids, next_token_ids=next_token_ids,
+        target_positions=target_positions, target_hidden_states=context,
+        token_indices_to_sample=None, cad=cad, num_rejected_tokens_gpu=num_rejected_tokens_gpu)
+    proposer.build_model_inputs_first_pass(num_tokens, num_tokens, None)
