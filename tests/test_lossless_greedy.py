@@ -1,0 +1,124 @@
+"""Greedy speculative decoding on the real SmolLM2 target (float32) emits exactly the tokens of
+plain greedy decoding: with a random drafter (every draft rejected) and with scripted drafts
+(the known continuation with deliberate mistakes) that exercise multi-token and partial
+acceptance, EOS inside a block, and max_new_tokens inside a block."""
+
+import pytest
+from core_helpers import EOS, PROMPTS, ProposingDecoder
+
+from dflash_plugin.generate import SpecDecoder, generate_plain
+
+pytestmark = pytest.mark.slow
+
+MAX_NEW = 48
+
+
+@pytest.fixture(scope="module")
+def plain_results(target_f32, chat_prompts):
+    cache = {}
+
+    def get(i):
+        if i not in cache:
+            cache[i] = generate_plain(target_f32, chat_prompts[i], MAX_NEW, stop_token_ids={EOS})
+        return cache[i]
+    return get
+
+
+@pytest.mark.parametrize("block_size", [4, 8, 16])
+@pytest.mark.parametrize("prompt", range(len(PROMPTS)))
+def test_random_drafter_matches_plain(target_f32, drafter_f32, chat_prompts, plain_results,
+                                      prompt, block_size):
+    plain = plain_results(prompt)
+    spec = SpecDecoder(target_f32, drafter_f32, block_size=block_size).generate(
+        chat_prompts[prompt], MAX_NEW, stop_token_ids={EOS})
+    assert spec.token_ids == plain.token_ids
+    assert spec.finish_reason == plain.finish_reason
+    assert spec.stats.num_steps == spec.num_target_passes - 1
+    assert all(1 <= tau <= block_size for tau in spec.stats.accept_lengths)
+
+
+def test_prompts_cover_both_finish_reasons(plain_results):
+    reasons = {plain_results(i).finish_reason for i in range(len(PROMPTS))}
+    assert reasons == {"stop", "length"}
+
+
+# ---- scripted drafts ------------------------------------------------------------------------
+
+REF_LEN = 48  # continuation known beyond max_new_tokens + block size
+
+
+@pytest.fixture(scope="module")
+def continuations(target_f32, chat_prompts):
+    """Plain greedy continuations without stop tokens, so the tokens after EOS are known too."""
+    cache = {}
+
+    def get(i):
+        if i not in cache:
+            cache[i] = generate_plain(target_f32, chat_prompts[i], REF_LEN).token_ids
+        return cache[i]
+    return get
+
+
+def expected_accept_lengths(block_size, wrong, max_new, stop_index):
+    """tau per round when every draft is right except at output indices in `wrong`."""
+    def finished(last):  # last = index of the last emitted token
+        return (stop_index is not None and stop_index <= last) or last + 1 >= max_new
+
+    taus, bonus = [], 0
+    while not finished(bonus):
+        block = min(block_size, max_new - bonus)
+        n = 0
+        while n < block - 1 and bonus + 1 + n not in wrong:
+            n += 1
+        taus.append(n + 1)
+        bonus += n + 1
+    return taus
+
+
+CASES = [
+    # prompt, block size, wrong draft indices, max_new_tokens, stop on EOS
+    (0, 8, (), 30, True),           # EOS inside the first block: one verify pass
+    (0, 4, (), 30, True),           # full blocks, then EOS inside a block
+    (0, 16, (3,), 30, True),        # partial, then EOS inside
+    (0, 4, (1, 2, 5), 30, True),    # rejections at the very first drafts
+    (2, 16, (), 21, False),         # full block, then max_new_tokens inside a block
+    (2, 8, (4, 10, 11), 21, False),
+    (2, 16, (15, 16, 17), 40, False),  # miss on the last draft of a block
+    (2, 4, tuple(range(1, 13)), 12, False),  # every draft wrong: one token per pass
+    (2, 16, (7,), 1, False),        # max_new_tokens = 1: no verify pass at all
+]
+
+
+@pytest.mark.parametrize("prompt, block_size, wrong, max_new, stop", CASES)
+def test_scripted_drafts_match_plain(target_f32, drafter_f32, chat_prompts, continuations,
+                                     prompt, block_size, wrong, max_new, stop):
+    ref = continuations(prompt)
+    vocab = target_f32.config.vocab_size
+
+    def propose(seq):
+        index = len(seq)
+        return (ref[index] + 1) % vocab if index in wrong else ref[index]
+
+    ids = chat_prompts[prompt]
+    decoder = ProposingDecoder(target_f32, drafter_f32, block_size, ids.shape[1], propose)
+    stops = {EOS} if stop else set()
+    result = decoder.generate(ids, max_new, stop_token_ids=stops)
+
+    stop_index = ref.index(EOS) if stop and EOS in ref else None
+    end = max_new if stop_index is None else min(max_new, stop_index + 1)
+    assert result.token_ids == ref[:end]
+    assert result.finish_reason == ("stop" if stop_index is not None and stop_index < max_new
+                                    else "length")
+    taus = expected_accept_lengths(block_size, set(wrong), max_new, stop_index)
+    assert result.stats.accept_lengths == taus
+    assert result.num_target_passes == 1 + len(taus)
+    for committed, bonus, _ in decoder.rounds:  # the loop's state followed the reference
+        assert committed + [bonus] == ref[:len(committed) + 1]
+
+
+def test_scripted_cases_exercise_the_interesting_paths(continuations):
+    ref0, ref2 = continuations(0), continuations(2)
+    assert EOS in ref0[:8], "prompt 0 must end within the first block of 8"
+    assert EOS not in ref2[:40], "prompt 2 must run past 40 tokens"
+    multi = expected_accept_lengths(16, set(), 21, None)
+    assert max(multi) == 16 and multi[-1] < 16
