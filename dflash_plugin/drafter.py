@@ -20,6 +20,7 @@ from transformers.models.qwen3.modeling_qwen3 import (
 )
 
 from dflash_plugin.config import dflash_fields
+from dflash_plugin.layout import BlockwiseMask
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -85,13 +86,37 @@ class DraftAttention(nn.Module):
         if cache is not None:
             k_ctx, v_ctx = cache.extend(layer_idx, k_ctx, v_ctx)
         k_blk, v_blk = self.project_kv(x, *rope_block)
-        k = torch.cat([k_ctx, k_blk], dim=2)
-        v = torch.cat([v_ctx, v_blk], dim=2)
-        # No causal mask: the block is bidirectional and sees all committed context.
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask,
-                                             enable_gqa=self.num_heads != self.num_kv_heads)
+        if isinstance(attn_mask, BlockwiseMask):
+            out = self._blockwise_attention(q, k_ctx, v_ctx, k_blk, v_blk, attn_mask)
+        else:
+            k = torch.cat([k_ctx, k_blk], dim=2)
+            v = torch.cat([v_ctx, v_blk], dim=2)
+            # No causal mask: the block is bidirectional and sees all committed context.
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask,
+                                                 enable_gqa=self.num_heads != self.num_kv_heads)
         b, _, t, _ = out.shape
         return self.o_proj(out.transpose(1, 2).reshape(b, t, -1))
+
+
+    def _blockwise_attention(self, q, k_ctx, v_ctx, k_blk, v_blk, mask: BlockwiseMask):
+        """Training attention of many blocks at once (see layout.BlockwiseMask): one softmax
+        over [visible context keys, own-block keys], never scoring pairs of different blocks."""
+        group = self.num_heads // self.num_kv_heads
+        k_ctx, v_ctx, k_blk, v_blk = (x.repeat_interleave(group, dim=1)
+                                      for x in (k_ctx, v_ctx, k_blk, v_blk))
+        b, h, t, d = q.shape
+        size = mask.block_size
+        scale = d ** -0.5
+        ctx_scores = (q @ k_ctx.transpose(-1, -2)).float() * scale
+        ctx_scores = ctx_scores.masked_fill(~mask.context_visible, float("-inf"))
+        q_blocks = q.view(b, h, t // size, size, d)
+        k_blocks = k_blk.view(b, h, t // size, size, d)
+        blk_scores = (q_blocks @ k_blocks.transpose(-1, -2)).float().view(b, h, t, size) * scale
+        probs = torch.softmax(torch.cat([ctx_scores, blk_scores], dim=-1), dim=-1).to(q.dtype)
+        ctx_probs, blk_probs = probs.split([k_ctx.shape[2], size], dim=-1)
+        v_blocks = v_blk.view(b, h, t // size, size, d)
+        blk_out = (blk_probs.view(b, h, t // size, size, size) @ v_blocks).view(b, h, t, d)
+        return ctx_probs @ v_ctx + blk_out
 
 
 class DraftDecoderLayer(nn.Module):
@@ -169,7 +194,8 @@ class DFlashDraftModel(nn.Module):
         block_embeds [b, q, H]: target embeddings of the block tokens.
         context [b, c, H]: fused context not yet in `cache` (may be empty, c = 0).
         block_positions [b, q] / context_positions [b, c]: absolute positions.
-        attn_mask: optional boolean [q, cached + c + q] (training); None = see everything.
+        attn_mask: optional boolean [q, cached + c + q], or a layout.BlockwiseMask (training);
+        None = see everything.
         """
         rope_block = self.rotary_emb(block_embeds, block_positions)
         rope_ctx = self.rotary_emb(context, context_positions)

@@ -158,3 +158,28 @@ def test_training_batch_matches_inference_loop(tiny_target):
         assert call["ctx_positions"] == list(range(call["cached"], a))
         row = batch.attn_mask[j * block_size]
         assert row[:len(seq)].tolist() == [k < a for k in range(len(seq))]
+
+
+def test_blockwise_training_attention_equals_the_dense_mask(tiny_target):
+    """The trainer's factored attention (layout.BlockwiseMask) computes exactly what the dense
+    [N*B, S + N*B] mask gives, values and gradients."""
+    from dflash_plugin.layout import training_blockwise_mask
+
+    block_size, seq_len = 4, 23
+    drafter = make_drafter(tiny_target, block_size=block_size, dtype=torch.float32).train()
+    anchors = torch.tensor([3, 7, 8, 15, 21])
+    batch = make_block_batch(torch.arange(seq_len) % 16, anchors, block_size, 2, gamma=4.0)
+    features = torch.randn(1, seq_len, drafter.fc.in_features)
+    block = tiny_target.get_input_embeddings()(batch.block_ids)[None].detach()
+
+    def run(mask):
+        drafter.zero_grad()
+        hidden = drafter(block, drafter.fuse_context(features), batch.block_positions[None],
+                         torch.arange(seq_len)[None], attn_mask=mask)
+        hidden.pow(2).sum().backward()
+        return hidden.detach(), drafter.fc.weight.grad.clone()
+
+    dense = run(batch.attn_mask[None, None])
+    blockwise = run(training_blockwise_mask(anchors, seq_len, block_size))
+    assert torch.allclose(dense[0], blockwise[0], atol=1e-5)
+    assert torch.allclose(dense[1], blockwise[1], atol=1e-4, rtol=1e-4)

@@ -37,6 +37,34 @@ def test_random_drafter_matches_plain(target_f32, drafter_f32, chat_prompts, pla
     assert all(1 <= tau <= block_size for tau in spec.stats.accept_lengths)
 
 
+@pytest.fixture(scope="module")
+def shipped_drafter_f32():
+    import torch
+
+    from dflash_plugin.checkpoint import load_drafter
+    from dflash_plugin.defaults import default_drafter_path
+
+    return load_drafter(default_drafter_path(), dtype=torch.float32).eval()
+
+
+@pytest.mark.parametrize("block_size", [4, 8, 16])
+@pytest.mark.parametrize("prompt", range(len(PROMPTS)))
+def test_trained_drafter_matches_plain(target_f32, shipped_drafter_f32, chat_prompts,
+                                       plain_results, prompt, block_size):
+    """The shipped drafter gets drafts accepted, and the output is still the target's own."""
+    plain = plain_results(prompt)
+    spec = SpecDecoder(target_f32, shipped_drafter_f32, block_size=block_size).generate(
+        chat_prompts[prompt], MAX_NEW, stop_token_ids={EOS})
+    assert spec.token_ids == plain.token_ids
+    assert spec.finish_reason == plain.finish_reason
+
+
+def test_trained_drafter_gets_drafts_accepted(target_f32, shipped_drafter_f32, chat_prompts):
+    spec = SpecDecoder(target_f32, shipped_drafter_f32).generate(chat_prompts[0], MAX_NEW,
+                                                                 stop_token_ids={EOS})
+    assert spec.stats.mean_accept_length > 1.0
+
+
 def test_prompts_cover_both_finish_reasons(plain_results):
     reasons = {plain_results(i).finish_reason for i in range(len(PROMPTS))}
     assert reasons == {"stop", "length"}

@@ -110,3 +110,13 @@ def test_jsonl_round_trip(tmp_path, big):
     first = json.loads(path.read_text(encoding="utf-8").splitlines()[0])
     assert set(first) == {"id", "category", "prompt"}
     assert [f.name for f in path.parent.iterdir()] == ["prompts.jsonl"]  # no temp file left
+
+
+def test_spread_over_categories_takes_round_robin(big):
+    from dflash_plugin.train.prompts import spread_over_categories
+
+    picked = spread_over_categories(big, 20)
+    counts = Counter(p.category for p in picked)
+    assert len(picked) == 20 and len(counts) == len(CATEGORIES)
+    assert max(counts.values()) - min(counts.values()) <= 1
+    assert spread_over_categories(big, None) == big

@@ -37,10 +37,17 @@ def add_arguments(p):
     p.add_argument("--anchors-per-seq", type=int, default=48)
     p.add_argument("--seqs-per-step", type=int, default=4)
     p.add_argument("--lr", type=float, default=6e-4)
+    p.add_argument("--gamma", type=float, help="loss decay over block positions "
+                   "(default: the paper's value for the block size, 7 for 16)")
+    p.add_argument("--init-from", help="continue from this drafter checkpoint (fresh schedule)")
     p.add_argument("--max-steps", type=int, help="stop after this many steps (schedule unchanged)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--eval-max-new-tokens", type=int, default=128)
-    p.add_argument("--eval-limit", type=int, help="evaluate on at most this many held-out prompts")
+    p.add_argument("--eval-limit", type=int, help="evaluate on at most this many held-out prompts "
+                   "(taken evenly across categories)")
+    p.add_argument("--eval-dtype", choices=["float32", "bfloat16"], default="float32",
+                   help="dtype of the evaluation (float32: exact lossless check, and faster "
+                        "than bf16 on CPUs without native bf16 attention)")
     p.add_argument("--export", help="copy the trained drafter here (bf16, published format)")
 
 
@@ -105,14 +112,17 @@ def run(args) -> int:
                           else pick_mask_token(tokenizer),
                           draft_vocab_size=args.draft_vocab_size, epochs=args.epochs,
                           anchors_per_seq=args.anchors_per_seq, seqs_per_step=args.seqs_per_step,
-                          lr=args.lr, seed=args.seed, max_steps=args.max_steps)
+                          lr=args.lr, seed=args.seed, max_steps=args.max_steps,
+                          gamma=args.gamma, init_from=args.init_from)
         Trainer(cfg, target).run()
     if "evaluate" in stages:
         from dflash_plugin.checkpoint import load_drafter
         from dflash_plugin.train.evaluate import evaluate_drafter, write_report
-        held_out = prompt_set.read_jsonl(eval_file)[: args.eval_limit]
-        drafter = load_drafter(work / "run" / "checkpoint", dtype=torch.bfloat16)
-        report = evaluate_drafter(target, tokenizer, drafter, held_out,
+        held_out = prompt_set.spread_over_categories(prompt_set.read_jsonl(eval_file),
+                                                     args.eval_limit)
+        eval_dtype = getattr(torch, args.eval_dtype)
+        drafter = load_drafter(work / "run" / "checkpoint", dtype=eval_dtype)
+        report = evaluate_drafter(target.to(eval_dtype), tokenizer, drafter, held_out,
                                   max_new_tokens=args.eval_max_new_tokens, seed=args.seed)
         write_report(report, work / "eval.json")
         print(json.dumps(report, indent=1))

@@ -10,7 +10,13 @@ from dataclasses import dataclass
 
 import torch
 
-from dflash_plugin.layout import loss_weights, training_attention_mask, training_block_positions
+from dflash_plugin.layout import (
+    BlockwiseMask,
+    loss_weights,
+    training_attention_mask,
+    training_block_positions,
+    training_blockwise_mask,
+)
 
 
 @dataclass
@@ -20,6 +26,7 @@ class BlockBatch:
     labels: torch.Tensor  # [N*B] the token at each block position
     weights: torch.Tensor  # [N*B] loss weight; 0 for the bonus position and past the sequence
     attn_mask: torch.Tensor  # [N*B, S + N*B] boolean
+    blockwise_mask: BlockwiseMask  # the same mask, factored (what the trainer uses)
     context_len: int
     num_blocks: int
 
@@ -48,7 +55,8 @@ def make_block_batch(input_ids: torch.Tensor, anchors: torch.Tensor, block_size:
     block_ids[::block_size] = input_ids[anchors]
     weights = loss_weights(block_size, gamma).repeat(anchors.numel()) * inside
     return BlockBatch(block_ids, positions, labels, weights,
-                      training_attention_mask(anchors, seq_len, block_size), seq_len,
+                      training_attention_mask(anchors, seq_len, block_size),
+                      training_blockwise_mask(anchors, seq_len, block_size), seq_len,
                       anchors.numel())
 
 

@@ -877,3 +877,18 @@ def read_jsonl(path: str | os.PathLike[str]) -> list[Prompt]:
                 row = json.loads(line)
                 prompts.append(Prompt(id=row["id"], category=row["category"], text=row["prompt"]))
     return prompts
+
+
+def spread_over_categories(prompts: list[Prompt], limit: int | None) -> list[Prompt]:
+    """At most `limit` prompts, taken round-robin over categories (all of them if None)."""
+    if limit is None or limit >= len(prompts):
+        return list(prompts)
+    by_category: dict[str, list[Prompt]] = {}
+    for prompt in prompts:
+        by_category.setdefault(prompt.category, []).append(prompt)
+    picked: list[Prompt] = []
+    for rank in range(max(len(v) for v in by_category.values())):
+        for group in by_category.values():
+            if rank < len(group) and len(picked) < limit:
+                picked.append(group[rank])
+    return picked

@@ -33,7 +33,9 @@ def _vllm_engine(target_path: str, max_tokens: int, temperature: float, seed: in
 
     llm = LLM(model=target_path, dtype="bfloat16", max_model_len=2048,
               gpu_memory_utilization=0.5, seed=seed)
-    params = SamplingParams(temperature=temperature, max_tokens=max_tokens, seed=seed)
+    # Token ids are all we keep: skipping detokenization frees the front-end process's CPU.
+    params = SamplingParams(temperature=temperature, max_tokens=max_tokens, seed=seed,
+                            detokenize=False)
 
     def run(prompt_ids: list[list[int]]) -> list[list[int]]:
         outputs = llm.generate([TokensPrompt(prompt_token_ids=ids) for ids in prompt_ids], params,

@@ -49,6 +49,7 @@ class TrainConfig:
     save_every: int = 100
     max_steps: int | None = None  # stop early (smoke tests), keeping the schedule of `epochs`
     init_from_target: bool = True  # start from the target's own layers (see init_from_target)
+    init_from: str | None = None  # start from this drafter checkpoint instead (new schedule)
 
 
 def select_draft_vocab(store: FeatureStore, size: int, vocab_size: int) -> torch.Tensor:
@@ -102,6 +103,19 @@ def init_from_target(drafter: DFlashDraftModel, target, layer_ids: list[int]):
     drafter.fc.weight.data.copy_(fc + 0.01 * torch.randn_like(fc))
 
 
+def check_continuation(drafter: DFlashDraftModel, cfg: TrainConfig, store: FeatureStore):
+    """A drafter to continue from must match the store's layers and the asked shape."""
+    fields = drafter.fields
+    wanted = {"target_layer_ids": (list(fields.target_layer_ids), store.meta["target_layer_ids"]),
+              "block_size": (fields.block_size, cfg.block_size),
+              "mask_token_id": (fields.mask_token_id, cfg.mask_token_id),
+              "num_draft_layers": (len(drafter.layers), cfg.num_draft_layers)}
+    bad = [f"{name} {have} (wanted {want})" for name, (have, want) in wanted.items()
+           if have != want]
+    if bad:
+        raise ValueError(f"--init-from {cfg.init_from} does not fit this run: " + ", ".join(bad))
+
+
 def lr_at(step: int, total: int, cfg: TrainConfig) -> float:
     warmup = max(1, int(total * cfg.warmup_ratio))
     if step < warmup:
@@ -126,6 +140,9 @@ class Trainer:
         ckpt = self.out / "checkpoint"
         if (self.out / STATE_FILE).is_file():
             self.drafter = load_drafter(ckpt, dtype=torch.float32).train()
+        elif cfg.init_from:
+            self.drafter = load_drafter(cfg.init_from, dtype=torch.float32).train()
+            check_continuation(self.drafter, cfg, self.store)
         else:
             self.drafter = init_drafter(cfg, target, self.store).float().train()
         if self.drafter.lm_head is not None:
@@ -157,7 +174,7 @@ class Trainer:
             context = self.drafter.fuse_context(self.store.features(seq)[None])
             hidden = self.drafter(self.embed(batch.block_ids)[None], context,
                                   batch.block_positions[None], torch.arange(seq.length)[None],
-                                  attn_mask=batch.attn_mask[None, None])
+                                  attn_mask=batch.blockwise_mask)
             logits = self.drafter.draft_logits(hidden[0], self.target_head).float()
         labels, weights = batch.labels, batch.weights
         if self.drafter.d2t is not None:  # labels outside the draft vocabulary cannot be learned
