@@ -63,3 +63,33 @@ def test_loss_falls_and_checkpoint_reloads_and_resumes(store, tmp_path, smollm_b
     assert resumed.step == 30
     resumed.run()
     assert len((tmp_path / "metrics.jsonl").read_text().splitlines()) == 40
+
+
+def test_continue_from_a_checkpoint_and_export_with_the_full_vocabulary(store, tmp_path,
+                                                                        smollm_bf16):
+    from dflash_plugin.train.export import with_full_vocabulary
+
+    model, _ = smollm_bf16
+    first = Trainer(_config(store, tmp_path / "a", max_steps=3), model)
+    first.run()
+    with pytest.raises(ValueError, match="block_size 8 \\(wanted 4\\)"):
+        Trainer(_config(store, tmp_path / "bad", block_size=4,
+                        init_from=str(tmp_path / "a" / "checkpoint")), model)
+    again = Trainer(_config(store, tmp_path / "b", max_steps=2,
+                            init_from=str(tmp_path / "a" / "checkpoint")), model)
+    assert again.step == 0
+    assert torch.equal(again.drafter.fc.weight, first.drafter.fc.weight)
+
+    reduced = load_drafter(tmp_path / "a" / "checkpoint", dtype=torch.float32)
+    head = model.get_output_embeddings().weight.data.float()
+    full = with_full_vocabulary(reduced, head)
+    assert full.lm_head is None and full.fields.draft_vocab_size is None
+    hidden = torch.randn(5, 576)
+    draft_ids = reduced.to_target_ids(torch.arange(reduced.d2t.numel()))
+    target_head = torch.nn.Linear(576, head.shape[0], bias=False)
+    target_head.weight.data = head
+    full_logits = full.draft_logits(hidden, target_head)
+    assert torch.allclose(reduced.draft_logits(hidden, None), full_logits[:, draft_ids], atol=1e-4)
+    reduced.lm_head.weight.data[0] += 1.0  # a head that was trained is not the target's
+    with pytest.raises(ValueError, match="not a copy"):
+        with_full_vocabulary(reduced, head)

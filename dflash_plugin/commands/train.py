@@ -49,6 +49,9 @@ def add_arguments(p):
                    help="dtype of the evaluation (float32: exact lossless check, and faster "
                         "than bf16 on CPUs without native bf16 attention)")
     p.add_argument("--export", help="copy the trained drafter here (bf16, published format)")
+    p.add_argument("--export-vocab", choices=["full", "draft"], default="full",
+                   help="full: drop a reduced draft vocabulary whose head is the target's own "
+                        "rows, so every engine loads the drafter (default); draft: keep it")
 
 
 def pick_mask_token(tokenizer) -> int:
@@ -97,7 +100,7 @@ def run(args) -> int:
                            max_tokens=args.max_response_tokens,
                            temperature=args.response_temperature, seed=args.seed,
                            engine=args.response_engine)
-    needs_model = {"features", "train", "evaluate"} & set(stages)
+    needs_model = {"features", "train", "evaluate", "export"} & set(stages)
     target, tokenizer = load_target(target_path, dtype=torch.bfloat16) if needs_model else (None, None)
     if "features" in stages:
         from dflash_plugin.train.feature_store import build_feature_store
@@ -128,7 +131,12 @@ def run(args) -> int:
         print(json.dumps(report, indent=1))
     if "export" in stages and args.export:
         from dflash_plugin.checkpoint import load_drafter, save_drafter
-        save_drafter(load_drafter(work / "run" / "checkpoint", dtype=torch.float32), args.export)
+        drafter = load_drafter(work / "run" / "checkpoint", dtype=torch.float32)
+        if args.export_vocab == "full":
+            from dflash_plugin.train.export import with_full_vocabulary
+            drafter = with_full_vocabulary(drafter,
+                                           target.get_output_embeddings().weight.data.float())
+        save_drafter(drafter, args.export)
         for extra in ("eval.json", "PROVENANCE.txt"):
             if (work / extra).is_file():
                 shutil.copy(work / extra, Path(args.export) / extra)

@@ -1,0 +1,48 @@
+"""bfloat16: how often DFlash's greedy outputs equal a no-speculation server's, token for token.
+
+In bf16 the verify pass (several query tokens at once) and plain decoding (one token) round
+differently, so a near-tie can flip and the outputs diverge from there on; the rate is reported,
+not required to be 1 (float32 is required to match exactly, see test_serve_fp32.py)."""
+
+import pytest
+from server_helpers import collect_outputs, match_rate, start_server
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+
+COMMON = ["--dtype", "bfloat16", "--context-length", "1024", "--", "--enforce-eager"]
+
+
+@pytest.fixture(scope="module")
+def bf16_outputs(server_logs, drafter):
+    """(no speculation, DFlash) outputs; one server at a time."""
+    outputs = []
+    for name, args in (("none", ["--speculative-algorithm", "NONE"]),
+                       ("dflash", ["--speculative-draft-model-path", str(drafter)])):
+        server = start_server(server_logs / f"bf16-{name}.log", *args, *COMMON)
+        try:
+            outputs.append(collect_outputs(server, completions=False))
+        finally:
+            server.stop()
+    return outputs
+
+
+def common_prefix(a: list[int], b: list[int]) -> int:
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return n
+
+
+def test_bf16_match_rate_is_reported(bf16_outputs, capsys):
+    base, spec = bf16_outputs
+    lines = []
+    for kind in ("chat", "concurrent"):
+        rate = match_rate(spec[kind], base[kind])
+        prefix = sum(common_prefix(a, b) for a, b in zip(spec[kind], base[kind])) / len(base[kind])
+        lines.append(f"[bf16] {kind}: {rate:.0%} of {len(base[kind])} outputs identical to no "
+                     f"speculation; mean identical prefix {prefix:.1f} tokens")
+    with capsys.disabled():
+        print("\n" + "\n".join(lines))
+    assert all(ids for ids in spec["chat"] + spec["concurrent"])
+    # The first token comes from the same prefill in both servers.
+    assert all(a[:1] == b[:1] for a, b in zip(spec["chat"], base["chat"]))

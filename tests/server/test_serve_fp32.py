@@ -1,0 +1,236 @@
+"""A real `dflash serve` (vLLM, embedded default target, float32) through the official openai
+client: endpoints, streaming, losslessness against a no-speculation server, /metrics, bad input.
+
+The no-speculation server runs first and is stopped before the DFlash server starts."""
+
+import json
+import os
+import signal
+import time
+import urllib.request
+from pathlib import Path
+
+import openai
+import pytest
+from server_helpers import (MAX_TOKENS, MODEL, PROMPTS, chat_ids, collect_outputs, openai_client,
+                      start_server, token_ids)
+
+from dflash_plugin.serving.bench import parse_counters
+from dflash_plugin.serving.server import is_healthy
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+
+CONTEXT = 1024
+COMMON = ["--dtype", "float32", "--context-length", str(CONTEXT)]
+ENGINE = ["--", "--enforce-eager"]
+
+
+@pytest.fixture(scope="module")
+def baseline(server_logs, target_path):
+    """Greedy outputs of a no-speculation server (stopped before anything else starts)."""
+    server = start_server(server_logs / "fp32-none.log", "--speculative-algorithm", "NONE",
+                          *COMMON, *ENGINE)
+    try:
+        return collect_outputs(server)
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def server(baseline, server_logs, drafter):
+    server = start_server(server_logs / "fp32-dflash.log", "--speculative-draft-model-path",
+                          str(drafter), *COMMON, *ENGINE)
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    return openai_client(server)
+
+
+@pytest.fixture(scope="module")
+def outputs(server):
+    return collect_outputs(server)
+
+
+def test_models_endpoint(client):
+    assert [m.id for m in client.models.list().data] == [MODEL]
+
+
+def test_chat(client):
+    response = client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": PROMPTS[0]}], max_tokens=MAX_TOKENS,
+        temperature=0)
+    choice = response.choices[0]
+    assert choice.message.role == "assistant" and choice.message.content.strip()
+    assert response.usage.completion_tokens <= MAX_TOKENS
+    assert choice.finish_reason in ("stop", "length")
+
+
+def test_chat_streaming_matches_non_streaming(client):
+    messages = [{"role": "user", "content": PROMPTS[1]}]
+    full = client.chat.completions.create(model=MODEL, messages=messages, max_tokens=MAX_TOKENS,
+                                          temperature=0)
+    chunks = list(client.chat.completions.create(
+        model=MODEL, messages=messages, max_tokens=MAX_TOKENS, temperature=0, stream=True,
+        stream_options={"include_usage": True}))
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == full.choices[0].message.content
+    assert chunks[-1].usage.completion_tokens == full.usage.completion_tokens
+    assert sum(1 for c in chunks if c.choices and c.choices[0].delta.content) > 1
+
+
+def test_completion(client):
+    response = client.completions.create(model=MODEL, prompt="The capital of France is",
+                                         max_tokens=16, temperature=0)
+    assert response.choices[0].text.strip() and response.usage.completion_tokens <= 16
+
+
+def test_completion_streaming_matches_non_streaming(client):
+    kwargs = dict(model=MODEL, prompt=PROMPTS[2], max_tokens=MAX_TOKENS, temperature=0)
+    full = client.completions.create(**kwargs)
+    text = "".join(c.choices[0].text for c in client.completions.create(**kwargs, stream=True)
+                   if c.choices)
+    assert text == full.choices[0].text
+
+
+def test_greedy_chat_is_token_identical_to_no_speculation(outputs, baseline):
+    assert len(outputs["chat"]) >= 8
+    assert outputs["chat"] == baseline["chat"]
+
+
+def test_greedy_completions_are_token_identical_to_no_speculation(outputs, baseline):
+    assert outputs["completion"] == baseline["completion"]
+
+
+def test_16_concurrent_requests_are_token_identical_to_no_speculation(outputs, baseline):
+    assert len(outputs["concurrent"]) == 16
+    assert outputs["concurrent"] == baseline["concurrent"]
+    assert all(len(ids) > 0 for ids in outputs["concurrent"])
+
+
+def scrape(server) -> dict[str, float]:
+    with urllib.request.urlopen(f"{server.base_url}/metrics", timeout=30) as response:
+        return parse_counters(response.read().decode())
+
+
+def test_metrics_show_drafted_tokens(server, client):
+    chat_ids(client, PROMPTS[3])
+    counters = scrape(server)
+    assert counters["vllm:spec_decode_num_drafts"] > 0
+    assert counters["vllm:spec_decode_num_draft_tokens"] > 0
+
+
+def test_metrics_show_accepted_tokens_with_the_trained_drafter(server, client, shipped_drafter):
+    if shipped_drafter is None:
+        pytest.skip("the shipped drafter is not trained yet (dflash_plugin/drafters/ is empty); "
+                    "the random test drafter accepts almost nothing")
+    chat_ids(client, PROMPTS[4])
+    assert scrape(server)["vllm:spec_decode_num_accepted_tokens"] > 0
+
+
+def assert_still_serving(server, client):
+    assert server.process.poll() is None, "the server process died"
+    assert is_healthy(server.base_url)
+    assert chat_ids(client, PROMPTS[5], max_tokens=8)
+
+
+def test_over_long_prompt_is_a_4xx_and_the_server_keeps_serving(server, client):
+    long_prompt = "word " * (CONTEXT + 200)
+    with pytest.raises(openai.APIStatusError) as err:
+        client.completions.create(model=MODEL, prompt=long_prompt, max_tokens=8)
+    assert 400 <= err.value.status_code < 500
+    with pytest.raises(openai.APIStatusError) as err:
+        client.chat.completions.create(model=MODEL, max_tokens=8,
+                                       messages=[{"role": "user", "content": long_prompt}])
+    assert 400 <= err.value.status_code < 500
+    assert_still_serving(server, client)
+
+
+@pytest.mark.parametrize("params", [{"temperature": -1.0}, {"top_p": 2.0}, {"max_tokens": -5},
+                                    {"n": 0}, {"extra_body": {"top_k": -7}}],
+                         ids=lambda p: json.dumps(p))
+def test_bad_sampling_values_are_4xx_and_the_server_keeps_serving(server, client, params):
+    kwargs = {"max_tokens": 8, **params}
+    with pytest.raises(openai.APIStatusError) as err:
+        client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "Hi"}],
+                                       **kwargs)
+    assert 400 <= err.value.status_code < 500, err.value
+    assert_still_serving(server, client)
+
+
+def test_unknown_model_name_is_404(client):
+    with pytest.raises(openai.NotFoundError):
+        client.chat.completions.create(model="no-such-model", max_tokens=4,
+                                       messages=[{"role": "user", "content": "Hi"}])
+
+
+def test_bench_sweep_against_the_server(server):
+    """`dflash bench`'s client and /metrics bookkeeping on this live server (its full run starts
+    one server per algorithm, too slow for this suite)."""
+    from types import SimpleNamespace
+
+    from dflash_plugin.commands.bench import _sweep
+
+    args = SimpleNamespace(max_tokens=12, temperature=0.0, ignore_eos=True, request_timeout=300,
+                           num_prompts=4)
+    rows = _sweep(server.base_url, MODEL, "dflash", PROMPTS, [1, 4], args)
+    assert [r["concurrency"] for r in rows] == [1, 4]
+    for row in rows:
+        assert row["failed"] == 0 and row["output_tokens"] == 4 * 12
+        assert row["output_tokens_per_s"] > 0 and row["ttft_ms"] > 0 and row["tpot_ms"] > 0
+        # The load-aware policy may verify no drafts at all at a level (then no tau).
+        if row["num_drafts"]:
+            assert row["accept_length"] >= 1.0
+        else:
+            assert row["accept_length"] is None
+    assert sum(row["num_drafts"] for row in rows) > 0
+
+
+def test_ready_message_says_how_to_query(server):
+    output = server.output
+    assert f"[dflash] ready: {server.base_url}/v1" in output
+    assert f"curl -s {server.base_url}/v1/chat/completions" in output
+
+
+def _descendants(pid: int) -> set[int]:
+    """Live processes below pid (dflash serve starts vLLM in a session of its own)."""
+    parents = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] != "Z":  # state, ppid, ...
+            parents[int(stat.parent.name)] = int(fields[1])
+    found, frontier = set(), {pid}
+    while frontier:
+        frontier = {child for child, parent in parents.items() if parent in frontier} - found
+        found |= frontier
+    return found
+
+
+def _alive(pids: set[int]) -> set[int]:
+    alive = set()
+    for pid in pids:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state != "Z":
+            alive.add(pid)
+    return alive
+
+
+def test_sigterm_to_dflash_serve_stops_the_whole_server(server):
+    """Last test of the module: it stops the module's server."""
+    pid = server.process.pid
+    tree = _descendants(pid)
+    assert len(tree) >= 2  # the vLLM API server, its engine core (and worker)
+    os.kill(pid, signal.SIGTERM)  # only the `dflash serve` process, which forwards it
+    assert server.process.wait(timeout=120) == 0
+    deadline = time.monotonic() + 30
+    while _alive(tree) and time.monotonic() < deadline:
+        time.sleep(1)
+    assert _alive(tree) == set()

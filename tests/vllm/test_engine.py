@@ -1,0 +1,268 @@
+"""vLLM engines with and without the plugin: lossless output, metrics, native fallback.
+
+One module-scoped fixture starts the engines one after another (never two at once) and
+collects everything the tests check: no speculation, the plugin (every draft policy, switched
+inside the worker), and vLLM's native DFlash with the plugin excluded through VLLM_PLUGINS.
+The plugin runs the shipped (trained) drafter; a last engine runs a random drafter (every draft
+rejected) for the checks that need one.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("vllm", reason="needs the vLLM CPU build")
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+
+# No compilation and a fixed KV-cache size: quick start-up, and independent of how much memory
+# other jobs leave free.
+ENGINE_ARGS = dict(dtype="float32", max_model_len=1024, seed=0, max_num_seqs=32,
+                   kv_cache_memory_bytes=1 << 30, enforce_eager=True)
+
+MAX_TOKENS = 20
+K = 7  # drafts per step: half the block keeps verify passes cheap
+PROMPTS = [f"{opening} {topic}" for opening, topic in zip(
+    ["Explain briefly", "Write a haiku about", "List three facts about", "What is",
+     "Tell a short story about", "Give advice on", "Describe", "Why do people like"] * 2,
+    ["the moon.", "rain.", "volcanoes.", "a compiler?", "a lost robot.", "learning piano.",
+     "a busy market.", "coffee?", "the ocean.", "autumn leaves.", "honeybees.", "gravity?",
+     "a dragon who bakes.", "saving money.", "a mountain village.", "board games?"])]
+SINGLE_PROMPTS = PROMPTS[:8]
+
+
+def shipped_drafter() -> Path | None:
+    from dflash_plugin.defaults import DRAFTERS_DIR, DEFAULT_DRAFTER_NAME
+
+    path = DRAFTERS_DIR / DEFAULT_DRAFTER_NAME
+    return path if (path / "config.json").is_file() else None
+
+
+@contextmanager
+def environment(**values):
+    saved = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+@contextmanager
+def engine(target, drafter=None, **extra):
+    from vllm import LLM
+
+    if drafter is not None:
+        extra["speculative_config"] = {"method": "dflash", "model": str(drafter),
+                                       "num_speculative_tokens": K}
+    llm = LLM(model=str(target), disable_log_stats=False, **ENGINE_ARGS, **extra)
+    try:
+        yield llm
+    finally:
+        llm.llm_engine.engine_core.shutdown()
+        del llm
+        gc.collect()
+
+
+def generate(llm, prompts, one_at_a_time=False):
+    from vllm import SamplingParams
+
+    params = SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS, ignore_eos=True)
+    if one_at_a_time:
+        return [out for p in prompts for out in llm.generate([p], params, use_tqdm=False)]
+    return llm.generate(prompts, params, use_tqdm=False)
+
+
+def token_ids(outputs):
+    return [list(o.outputs[0].token_ids) for o in outputs]
+
+
+def spec_counters(llm):
+    return {m.name.removeprefix("vllm:spec_decode_"): m.value for m in llm.get_metrics()
+            if m.name.startswith("vllm:spec_decode_num") and hasattr(m, "value")}
+
+
+def counted(llm, run):
+    """run() plus the spec-decode counters it added."""
+    before = spec_counters(llm)
+    result = run()
+    after = spec_counters(llm)
+    return result, {k: after[k] - before.get(k, 0) for k in after}
+
+
+# Callables sent to the worker (collective_rpc). Defined in a function so cloudpickle ships
+# them by value: the worker cannot import this test module.
+def worker_calls():
+    def drafter_class(worker):
+        return type(worker.model_runner.drafter.model).__name__
+
+    def set_policy(worker, mode):
+        from dflash_plugin.draft_policy import DraftPolicy, PolicyMode
+
+        drafting = worker.model_runner.drafter.model.dflash_drafting
+        old = drafting.policy
+        drafting.policy = DraftPolicy(PolicyMode(mode), old.costs, old.block)
+
+    def record_drafts(worker, skip_every, store_context):
+        """Log every draft pass's [B, K] drafts; skip the draft pass on every
+        `skip_every`-th step (0: never), storing the context K/V or (a broken variant) not."""
+        import vllm_ext.patches as patches
+
+        drafting = worker.model_runner.drafter.model.dflash_drafting
+        drafting.log, drafting.calls = [], 0
+        select = type(drafting).select.__get__(drafting)
+
+        def logging_select(drafts, next_token_ids):
+            drafting.log.append(drafts.tolist())
+            return select(drafts, next_token_ids)
+
+        def should_draft(batch):
+            drafting.calls += 1
+            return not (skip_every and drafting.calls % skip_every == 0)
+
+        drafting.select = logging_select
+        drafting.policy.should_draft = should_draft
+        if not hasattr(patches, "_real_store_context_only"):
+            patches._real_store_context_only = patches._store_context_only
+        patches._store_context_only = (patches._real_store_context_only if store_context
+                                       else lambda *args: None)
+
+    def drafts_seen(worker):
+        return worker.model_runner.drafter.model.dflash_drafting.policy.calibration.num_drafts_seen
+
+    def draft_log(worker):
+        return worker.model_runner.drafter.model.dflash_drafting.log
+
+    return dict(drafter_class=drafter_class, set_policy=set_policy,
+                record_drafts=record_drafts, draft_log=draft_log, drafts_seen=drafts_seen)
+
+
+@pytest.fixture(scope="module")
+def runs(target_path, random_drafter):
+    calls = worker_calls()
+    drafter = shipped_drafter()
+    results = {"trained": drafter is not None}
+    if drafter is None:
+        pytest.fail("the shipped drafter (dflash_plugin/drafters/SmolLM2-135M-Instruct-DFlash-b16)"
+                    " is missing")
+    with engine(target_path) as llm:
+        results["plain_batch"] = token_ids(generate(llm, PROMPTS))
+        results["plain_single"] = token_ids(generate(llm, SINGLE_PROMPTS, one_at_a_time=True))
+
+    with environment(VLLM_ALLOW_INSECURE_SERIALIZATION="1"), \
+            engine(target_path, drafter, per_request_spec_decode_metrics="summary") as llm:
+        results["plugin_class"] = llm.collective_rpc(calls["drafter_class"])[0]
+        for mode in ("stagger", "adaptive", "full", "off"):
+            llm.collective_rpc(calls["set_policy"], args=(mode,))
+            outputs, results[f"{mode}_counts"] = counted(llm, lambda: generate(llm, PROMPTS))
+            results[f"{mode}_batch"] = token_ids(outputs)
+            results[f"{mode}_request_metrics"] = [o.outputs[0].spec_decode_metrics
+                                                  for o in outputs]
+            results[f"{mode}_drafts_seen"] = llm.collective_rpc(calls["drafts_seen"])[0]
+        for mode in ("stagger", "adaptive"):
+            llm.collective_rpc(calls["set_policy"], args=(mode,))
+            results[f"{mode}_single"] = token_ids(generate(llm, SINGLE_PROMPTS,
+                                                           one_at_a_time=True))
+    with environment(VLLM_PLUGINS="", VLLM_ALLOW_INSECURE_SERIALIZATION="1"), \
+            engine(target_path, drafter) as llm:
+        results["native_class"] = llm.collective_rpc(calls["drafter_class"])[0]
+        outputs, results["native_counts"] = counted(llm, lambda: generate(llm, PROMPTS))
+        results["native_batch"] = token_ids(outputs)
+
+    # A random drafter (every draft rejected): the adaptive policy must stop verifying its
+    # drafts, and draft passes skipped by the policy must still store the context K/V.
+    with environment(VLLM_ALLOW_INSECURE_SERIALIZATION="1"), \
+            engine(target_path, random_drafter) as llm:
+        llm.collective_rpc(calls["set_policy"], args=("adaptive",))
+        _, results["random_adaptive_counts"] = counted(llm, lambda: generate(llm, PROMPTS))
+        for name, skip_every, store in (("always", 0, True), ("skipping", 2, True),
+                                        ("broken", 2, False)):
+            llm.collective_rpc(calls["set_policy"], args=("full",))
+            llm.collective_rpc(calls["record_drafts"], args=(skip_every, store))
+            _, results[f"{name}_counts"] = counted(llm, lambda: generate(llm, PROMPTS[:1]))
+            results[f"{name}_drafts"] = llm.collective_rpc(calls["draft_log"])[0]
+
+    return results
+
+
+def test_the_plugin_builds_its_drafter_and_vllm_plugins_gives_native(runs):
+    assert runs["plugin_class"] == "DFlashVllmDrafter"
+    assert runs["native_class"] == "DFlashQwen3ForCausalLM"
+
+
+@pytest.mark.parametrize("mode", ["stagger", "adaptive", "full", "off"])
+def test_lossless_batch_of_16(runs, mode):
+    assert runs[f"{mode}_batch"] == runs["plain_batch"]
+
+
+@pytest.mark.parametrize("mode", ["stagger", "adaptive"])
+def test_lossless_one_request_at_a_time(runs, mode):
+    assert runs[f"{mode}_single"] == runs["plain_single"]
+
+
+def test_native_dflash_is_lossless_too(runs):
+    assert runs["native_batch"] == runs["plain_batch"]
+
+
+def test_metrics_count_the_adapted_draft_lengths(runs):
+    full, stagger, off = runs["full_counts"], runs["stagger_counts"], runs["off_counts"]
+    assert full["num_draft_tokens"] == K * full["num_drafts"] > 0
+    # Stagger verifies 0..K drafts per request: fewer tokens, about K/2 + 1/2 per drafted step.
+    assert 0 < stagger["num_draft_tokens"] < K * stagger["num_drafts"]
+    assert K / 2 - 1.5 < stagger["num_draft_tokens"] / stagger["num_drafts"] < K / 2 + 2.5
+    assert off["num_drafts"] == off["num_draft_tokens"] == 0
+
+
+def test_the_policy_learns_from_every_verified_draft(runs):
+    """Each request's verified drafts are matched to their confidences by content."""
+    assert runs["stagger_drafts_seen"] == runs["stagger_counts"]["num_drafts"] > 0
+
+
+def test_random_drafter_gets_no_verification_under_the_adaptive_policy(runs):
+    """After a few optimistic tries, the policy learns the drafts never pass and stops."""
+    counts = runs["random_adaptive_counts"]
+    assert counts.get("num_accepted_tokens", 0) == 0
+    # Full blocks would verify K drafts per request and step: 16 x 20 x 7 = 2240 tokens.
+    assert counts.get("num_draft_tokens", 0) < 0.1 * K * len(PROMPTS) * MAX_TOKENS
+
+
+def test_per_request_acceptance_is_reported(runs):
+    metrics = runs["stagger_request_metrics"]
+    assert all(m is not None for m in metrics)
+    summary = metrics[0].to_dict()
+    assert {"mean_acceptance_length", "draft_acceptance_rate"} <= set(summary)
+    assert sum(m.num_draft_tokens for m in metrics) == runs["stagger_counts"]["num_draft_tokens"]
+
+
+def test_skipped_draft_passes_still_store_the_context(runs):
+    """With a random drafter every step emits one token, so the k-th draft pass of a run that
+    skips every other pass sees the same context as pass 2k-1 of a run that never skips, and
+    drafts the same tokens, unless skipped steps left the drafter's context K/V unwritten."""
+    for name in ("always", "skipping", "broken"):
+        assert runs[f"{name}_counts"].get("num_accepted_tokens", 0) == 0
+    always = runs["always_drafts"]
+
+    def agreement(drafts):
+        pairs = [(a, b) for i, b in enumerate(drafts) if 2 * i < len(always)
+                 for a, b in [(always[2 * i], b)]]
+        same = sum(x == y for a, b in pairs for x, y in zip(a[0], b[0]))
+        return same / sum(len(b[0]) for _, b in pairs)
+
+    assert len(runs["skipping_drafts"]) >= MAX_TOKENS // 2 - 1
+    assert agreement(runs["skipping_drafts"]) > 0.95
+    # A random drafter repeats a few tokens whatever its context, so even stale context
+    # agrees on many; still far less (0.52 measured with K=15).
+    assert agreement(runs["broken_drafts"]) < 0.8
+
+
+def test_trained_drafter_gets_drafts_accepted(runs):
+    assert runs["full_counts"]["num_draft_tokens"] > 0
+    assert runs["full_counts"]["num_accepted_tokens"] > 0
