@@ -162,6 +162,7 @@ def main():
               "threads": torch.get_num_threads(), "budgets": budgets, "verify_cost": cost}
     print(json.dumps(cost), flush=True)
     out = Path(args.output)
+    out.parent.mkdir(parents=True, exist_ok=True)
     if not args.verify_only:
         stops = stop_token_ids(tokenizer, getattr(target, "generation_config", None))
         prompts = [torch.tensor([encode_chat(tokenizer, [{"role": "user", "content": r["turns"][0]}])])
