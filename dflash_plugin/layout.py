@@ -64,6 +64,16 @@ def default_gamma(block_size: int) -> float:
     return max(1.0, 7.0 * math.log(block_size) / math.log(16))
 
 
+def _block_of_query(anchors: torch.Tensor, block_size: int) -> torch.Tensor:
+    return torch.arange(anchors.numel() * block_size, device=anchors.device) // block_size
+
+
+def _context_visible(anchors: torch.Tensor, context_len: int, block_size: int) -> torch.Tensor:
+    """[N*B, S]: a query in block j may see context key k iff k < anchors[j]."""
+    keys = torch.arange(context_len, device=anchors.device)
+    return keys[None, :] < anchors[_block_of_query(anchors, block_size)][:, None]
+
+
 def training_attention_mask(anchors: torch.Tensor, context_len: int, block_size: int,
                             valid: torch.Tensor | None = None) -> torch.Tensor:
     """Boolean mask [N*B, S + N*B] for N blocks anchored at `anchors` over a context of S tokens.
@@ -72,12 +82,9 @@ def training_attention_mask(anchors: torch.Tensor, context_len: int, block_size:
     features do not exist yet), and every key of its own block (bidirectional); nothing of other
     blocks. Blocks marked invalid (padding) see nothing.
     """
-    n = anchors.numel()
-    device = anchors.device
-    block_of_query = torch.arange(n * block_size, device=device) // block_size
-    ctx_visible = torch.arange(context_len, device=device)[None, :] < anchors[block_of_query][:, None]
+    block_of_query = _block_of_query(anchors, block_size)
     same_block = block_of_query[:, None] == block_of_query[None, :]
-    mask = torch.cat([ctx_visible, same_block], dim=1)
+    mask = torch.cat([_context_visible(anchors, context_len, block_size), same_block], dim=1)
     if valid is not None:
         mask &= valid[block_of_query][:, None]
     return mask
@@ -102,5 +109,4 @@ class BlockwiseMask:
 
 def training_blockwise_mask(anchors: torch.Tensor, context_len: int,
                             block_size: int) -> BlockwiseMask:
-    dense_context = training_attention_mask(anchors, context_len, block_size)[:, :context_len]
-    return BlockwiseMask(dense_context, block_size)
+    return BlockwiseMask(_context_visible(anchors, context_len, block_size), block_size)

@@ -100,7 +100,9 @@ def run(args) -> int:
                            max_tokens=args.max_response_tokens,
                            temperature=args.response_temperature, seed=args.seed,
                            engine=args.response_engine)
-    needs_model = {"features", "train", "evaluate", "export"} & set(stages)
+    # Export reads the target's LM head only to drop a reduced draft vocabulary.
+    full_vocab_export = "export" in stages and args.export and args.export_vocab == "full"
+    needs_model = bool({"features", "train", "evaluate"} & set(stages)) or full_vocab_export
     target, tokenizer = load_target(target_path, dtype=torch.bfloat16) if needs_model else (None, None)
     if "features" in stages:
         from dflash_plugin.train.feature_store import build_feature_store
@@ -132,7 +134,7 @@ def run(args) -> int:
     if "export" in stages and args.export:
         from dflash_plugin.checkpoint import load_drafter, save_drafter
         drafter = load_drafter(work / "run" / "checkpoint", dtype=torch.float32)
-        if args.export_vocab == "full":
+        if full_vocab_export:
             from dflash_plugin.train.export import with_full_vocabulary
             drafter = with_full_vocabulary(drafter,
                                            target.get_output_embeddings().weight.data.float())

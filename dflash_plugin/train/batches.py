@@ -25,10 +25,16 @@ class BlockBatch:
     block_positions: torch.Tensor  # [N*B]
     labels: torch.Tensor  # [N*B] the token at each block position
     weights: torch.Tensor  # [N*B] loss weight; 0 for the bonus position and past the sequence
-    attn_mask: torch.Tensor  # [N*B, S + N*B] boolean
-    blockwise_mask: BlockwiseMask  # the same mask, factored (what the trainer uses)
+    blockwise_mask: BlockwiseMask  # the attention mask, factored (what the trainer uses)
     context_len: int
     num_blocks: int
+
+    @property
+    def attn_mask(self) -> torch.Tensor:
+        """The same mask, dense [N*B, S + N*B] boolean (reference and tests)."""
+        block_size = self.block_ids.numel() // self.num_blocks
+        return training_attention_mask(self.block_positions[::block_size], self.context_len,
+                                       block_size)
 
 
 def sample_anchors(prompt_len: int, seq_len: int, num_anchors: int,
@@ -55,7 +61,6 @@ def make_block_batch(input_ids: torch.Tensor, anchors: torch.Tensor, block_size:
     block_ids[::block_size] = input_ids[anchors]
     weights = loss_weights(block_size, gamma).repeat(anchors.numel()) * inside
     return BlockBatch(block_ids, positions, labels, weights,
-                      training_attention_mask(anchors, seq_len, block_size),
                       training_blockwise_mask(anchors, seq_len, block_size), seq_len,
                       anchors.numel())
 

@@ -194,16 +194,19 @@ def test_ready_message_says_how_to_query(server):
     assert f"curl -s {server.base_url}/v1/chat/completions" in output
 
 
+def _live_parent(pid: int) -> int | None:
+    """The parent pid of a running process; None once it is gone or a zombie."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return None if fields[0] == "Z" else int(fields[1])  # state, ppid, ...
+
+
 def _descendants(pid: int) -> set[int]:
     """Live processes below pid (dflash serve starts vLLM in a session of its own)."""
-    parents = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if fields[0] != "Z":  # state, ppid, ...
-            parents[int(stat.parent.name)] = int(fields[1])
+    pids = [int(proc.name) for proc in Path("/proc").glob("[0-9]*")]
+    parents = {child: _live_parent(child) for child in pids}
     found, frontier = set(), {pid}
     while frontier:
         frontier = {child for child, parent in parents.items() if parent in frontier} - found
@@ -212,15 +215,7 @@ def _descendants(pid: int) -> set[int]:
 
 
 def _alive(pids: set[int]) -> set[int]:
-    alive = set()
-    for pid in pids:
-        try:
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if state != "Z":
-            alive.add(pid)
-    return alive
+    return {pid for pid in pids if _live_parent(pid) is not None}
 
 
 def test_sigterm_to_dflash_serve_stops_the_whole_server(server):

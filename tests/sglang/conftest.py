@@ -35,7 +35,7 @@ import torch  # noqa: E402
 # shared CPU.
 torch.set_num_threads(int(os.environ.get("DFLASH_TEST_THREADS", "1")))
 
-from sglang_helpers import TinyPair, make_tiny_pair  # noqa: E402
+from sglang_helpers import TinyPair, build_sglang_drafter, make_tiny_pair  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -61,17 +61,5 @@ def _no_grad():
 
 @pytest.fixture(scope="session")
 def sglang_drafter(tiny, plugins_loaded):
-    """The drafter as SGLang builds it for `--speculative-algorithm DFLASH`: class resolved from
-    the checkpoint's config through SGLang's model loader, weights through its safetensors
-    iterator into `load_weights`."""
-    from sglang.srt.configs.model_config import ModelConfig
-    from sglang.srt.model_loader.utils import get_model_architecture
-    from sglang.srt.model_loader.weight_utils import safetensors_weights_iterator
-
-    config = ModelConfig(str(tiny.drafter_dir), is_draft_model=True, dtype="float32",
-                         speculative_algorithm="DFLASH")
-    model_class, _ = get_model_architecture(config)
-    model = model_class(config=config.hf_config, quant_config=None).eval()
-    model.load_weights(safetensors_weights_iterator(
-        [str(p) for p in sorted(tiny.drafter_dir.glob("*.safetensors"))]))
-    return model
+    """The tiny drafter as SGLang builds it (sglang_helpers.build_sglang_drafter)."""
+    return build_sglang_drafter(tiny.drafter_dir)

@@ -17,6 +17,23 @@ from dflash_plugin.drafter import DFlashDraftModel as CoreDrafter
 VOCAB, HIDDEN, MASK, BLOCK = 96, 64, 95, 4
 
 
+def build_sglang_drafter(drafter_dir: Path):
+    """The drafter as SGLang builds it for `--speculative-algorithm DFLASH`: class resolved from
+    the checkpoint's config through SGLang's model loader, weights through its safetensors
+    iterator into `load_weights` (float32)."""
+    from sglang.srt.configs.model_config import ModelConfig
+    from sglang.srt.model_loader.utils import get_model_architecture
+    from sglang.srt.model_loader.weight_utils import safetensors_weights_iterator
+
+    config = ModelConfig(str(drafter_dir), is_draft_model=True, dtype="float32",
+                         speculative_algorithm="DFLASH")
+    model_class, _ = get_model_architecture(config)
+    model = model_class(config=config.hf_config, quant_config=None).eval()
+    model.load_weights(safetensors_weights_iterator(
+        [str(p) for p in sorted(Path(drafter_dir).glob("*.safetensors"))]))
+    return model
+
+
 @dataclass
 class TinyPair:
     target_dir: Path   # config.json of a random Llama target (no weights: configs only)

@@ -14,22 +14,13 @@ from torch import nn  # noqa: E402
 from dflash_plugin.checkpoint import load_drafter  # noqa: E402
 from dflash_plugin.defaults import default_drafter_path  # noqa: E402
 from dflash_plugin.layout import block_input_ids  # noqa: E402
-from sglang_helpers import PagedDraftCache  # noqa: E402
+from sglang_helpers import PagedDraftCache, build_sglang_drafter  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def shipped(plugins_loaded):
-    from sglang.srt.configs.model_config import ModelConfig
-    from sglang.srt.model_loader.utils import get_model_architecture
-    from sglang.srt.model_loader.weight_utils import safetensors_weights_iterator
-
     path = default_drafter_path()
-    config = ModelConfig(str(path), is_draft_model=True, dtype="float32",
-                         speculative_algorithm="DFLASH")
-    model_class, _ = get_model_architecture(config)
-    model = model_class(config=config.hf_config, quant_config=None).eval()
-    model.load_weights(safetensors_weights_iterator([str(p) for p in sorted(path.glob("*.safetensors"))]))
-    return path, model
+    return path, build_sglang_drafter(path)
 
 
 def test_sglang_builds_this_plugins_class_for_the_shipped_drafter(shipped):
