@@ -14,6 +14,9 @@ takes the largest P_ik first across the whole batch and stops once the next one 
 the rate, so drafts shrink as the batch grows (each extra token then costs more relative to what
 it brings) and grow with the drafter's confidence. Which drafts are verified never changes which
 tokens are emitted: verification stays lossless for any K_i.
+
+The cost model is an estimate; with a `RateGuard` the policy also times the engine's real steps
+and stops drafting where drafted steps are measured slower than plain ones (rate_guard.py).
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ import math
 from dataclasses import dataclass, fields, replace
 
 import torch
+
+from dflash_plugin.rate_guard import RateGuard
 
 
 class PolicyMode(enum.Enum):
@@ -169,7 +174,8 @@ class DraftPolicy:
 
     def __init__(self, mode: PolicyMode, costs: CostModel, block: int,
                  prior_acceptance: float = 0.7, smoothing: float = 0.1,
-                 explore_every: int = 32):
+                 explore_every: int = 32, rate_guard: RateGuard | None = None,
+                 probe_every: int = 50):
         if block < 1:
             raise ValueError(f"draft block must be >= 1, got {block}")
         self.mode = mode
@@ -184,6 +190,11 @@ class DraftPolicy:
         self.explore_every = explore_every
         self.steps_without_drafts = 0
         self.step = 0
+        # Measured step rates (adaptive mode): where drafting is timed slower than plain
+        # decoding, draft only one step in `probe_every` to keep that measurement current.
+        self.rate_guard = rate_guard
+        self.probe_every = probe_every
+        self.steps_vetoed = 0
         self._worth_drafting: dict[tuple[int, bool], bool] = {}  # (batch, prior?) -> answer
 
     def _drafts_pay_off(self, batch: int, prior: bool) -> bool:
@@ -198,7 +209,16 @@ class DraftPolicy:
         """Before the draft pass: is any request expected to get drafts verified?"""
         if self.mode is PolicyMode.OFF:
             return False
-        if self.mode is not PolicyMode.ADAPTIVE or self._drafts_pay_off(batch, prior=False):
+        if self.mode is not PolicyMode.ADAPTIVE:
+            return True
+        guard = self.rate_guard
+        if guard is not None:
+            if guard.needs_plain_sample(batch):
+                return False
+            if guard.drafting_loses(batch):
+                self.steps_vetoed += 1
+                return self.steps_vetoed % self.probe_every == 0
+        if self._drafts_pay_off(batch, prior=False):
             return True
         # The drafter looks unhelpful. Re-check now and then, but only when the load would let
         # a good drafter pay off: under heavy load the draft pass is never worth trying.

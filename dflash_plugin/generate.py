@@ -93,21 +93,31 @@ def generate_plain(target: nn.Module, input_ids: torch.Tensor, max_new_tokens: i
 class SpecDecoder:
     """DFlash speculative decoding of one request at a time on a Hugging Face target."""
 
-    def __init__(self, target: nn.Module, drafter: DFlashDraftModel, block_size: int | None = None):
+    def __init__(self, target: nn.Module, drafter: DFlashDraftModel, block_size: int | None = None,
+                 num_verify_tokens: int | None = None):
+        """block_size: tokens per drafter pass (default: the drafter's trained block).
+        num_verify_tokens: tokens per verify pass, the bonus token included (default: the whole
+        block). Verifying only the first drafts is cheaper where a verify pass costs more per
+        token (a CPU) and the later drafts are rarely accepted; the drafter still fills its
+        whole trained block, so the drafts themselves do not change."""
         check_pair(target, drafter.fields, drafter.config.hidden_size, drafter.config.vocab_size)
         self.target = target
         self.drafter = drafter
         self.block_size = block_size or drafter.block_size
         if self.block_size < 2:
             raise DFlashError(f"block size must be >= 2, got {self.block_size}")
+        self.num_verify_tokens = num_verify_tokens or self.block_size
+        if not 2 <= self.num_verify_tokens <= self.block_size:
+            raise DFlashError(f"tokens per verify pass must be in 2..{self.block_size} (the "
+                              f"block size), got {self.num_verify_tokens}")
         self.capture = FeatureCapture(target, drafter.fields.target_layer_ids)
         self.embed = target.get_input_embeddings()
         self.lm_head = target.get_output_embeddings()
 
     def draft_logits(self, bonus: int, start: int, context: torch.Tensor, cache,
-                     block: int) -> torch.Tensor:
-        """Draft-vocabulary logits [block-1, V_draft] after `bonus` (at position `start`), from
-        one drafter pass.
+                     block: int, num_drafts: int | None = None) -> torch.Tensor:
+        """Draft-vocabulary logits [num_drafts, V_draft] (default block-1) after `bonus` (at
+        position `start`), from one drafter pass over the whole block.
 
         context: fused features of the positions [len(cache), start) not yet in the cache.
         """
@@ -115,11 +125,14 @@ class SpecDecoder:
         ctx_positions = torch.arange(len(cache), start)[None]
         block_positions = torch.arange(start, start + block)[None]
         hidden = self.drafter(self.embed(ids), context, block_positions, ctx_positions, cache=cache)
-        return self.drafter.draft_logits(hidden[0, 1:], self.lm_head)
+        end = block if num_drafts is None else 1 + num_drafts
+        return self.drafter.draft_logits(hidden[0, 1:end], self.lm_head)
 
-    def draft(self, bonus: int, start: int, context: torch.Tensor, cache, block: int) -> torch.Tensor:
-        """block-1 draft tokens (target ids) after `bonus`: the drafter's argmax per position."""
-        logits = self.draft_logits(bonus, start, context, cache, block)
+    def draft(self, bonus: int, start: int, context: torch.Tensor, cache, block: int,
+              num_drafts: int | None = None) -> torch.Tensor:
+        """The first num_drafts (default block-1) draft tokens (target ids) after `bonus`: the
+        drafter's argmax per position."""
+        logits = self.draft_logits(bonus, start, context, cache, block, num_drafts)
         return self.drafter.to_target_ids(logits.argmax(dim=-1))
 
     def speculate(self, bonus: int, start: int, context: torch.Tensor, caches: tuple,
@@ -128,18 +141,19 @@ class SpecDecoder:
         [bonus + accepted], number of drafted tokens). Leaves the target cache holding exactly
         the committed prefix before the new bonus token."""
         target_cache, draft_cache = caches
-        drafts = self.draft(bonus, start, context, draft_cache, block)
+        num_drafts = min(block, self.num_verify_tokens) - 1
+        drafts = self.draft(bonus, start, context, draft_cache, block, num_drafts)
         verify_ids = torch.cat([torch.tensor([bonus]), drafts])[None]
         logits = self.target(verify_ids, past_key_values=target_cache, use_cache=True).logits
         target_tokens = choose_tokens(logits[0], sampling, generator)
         if sampling.greedy:
             verdict = greedy_accept(drafts, target_tokens)
         else:
-            verdict = walk_tree(chain_children(block - 1, drafts.tolist()), target_tokens)
+            verdict = walk_tree(chain_children(num_drafts, drafts.tolist()), target_tokens)
         n = len(verdict.accepted_tokens)
         features = self.capture.take()[:, : n + 1]
         kv_cache.truncate(target_cache, start + n + 1)
-        return verdict, features, block - 1
+        return verdict, features, num_drafts
 
     @torch.inference_mode()
     def generate(self, input_ids: torch.Tensor, max_new_tokens: int,

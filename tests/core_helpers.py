@@ -69,9 +69,10 @@ class ProposingDecoder(SpecDecoder):
         self._last: list[int] = []
         self.rounds: list[tuple[list[int], int, list[int]]] = []
 
-    def draft(self, bonus, start, context, cache, block):
-        real = super().draft(bonus, start, context, cache, block)
-        assert real.shape == (block - 1,)
+    def draft(self, bonus, start, context, cache, block, num_drafts=None):
+        num_drafts = block - 1 if num_drafts is None else num_drafts
+        real = super().draft(bonus, start, context, cache, block, num_drafts)
+        assert real.shape == (num_drafts,)
         committed_len = start - self.prompt_len
         if committed_len == 0:
             self._last = []
@@ -81,7 +82,7 @@ class ProposingDecoder(SpecDecoder):
         assert len(committed) == committed_len
         seq = committed + [bonus]
         proposals = []
-        for _ in range(block - 1):
+        for _ in range(num_drafts):
             token = int(self.propose(seq))
             proposals.append(token)
             seq.append(token)

@@ -47,16 +47,47 @@ def shipped_drafter_f32():
     return load_drafter(default_drafter_path(), dtype=torch.float32).eval()
 
 
-@pytest.mark.parametrize("block_size", [4, 8, 16])
+# (drafter block, tokens per verify pass): full blocks, and a 16-token draft of which only the
+# first 2 drafts are verified (--speculative-num-draft-tokens 3).
+@pytest.mark.parametrize("block_size, num_verify", [(4, 4), (16, 16), (16, 3)])
 @pytest.mark.parametrize("prompt", range(len(PROMPTS)))
 def test_trained_drafter_matches_plain(target_f32, shipped_drafter_f32, chat_prompts,
-                                       plain_results, prompt, block_size):
+                                       plain_results, prompt, block_size, num_verify):
     """The shipped drafter gets drafts accepted, and the output is still the target's own."""
     plain = plain_results(prompt)
-    spec = SpecDecoder(target_f32, shipped_drafter_f32, block_size=block_size).generate(
-        chat_prompts[prompt], MAX_NEW, stop_token_ids={EOS})
+    spec = SpecDecoder(target_f32, shipped_drafter_f32, block_size=block_size,
+                       num_verify_tokens=num_verify).generate(chat_prompts[prompt], MAX_NEW,
+                                                              stop_token_ids={EOS})
     assert spec.token_ids == plain.token_ids
     assert spec.finish_reason == plain.finish_reason
+    assert all(1 <= tau <= num_verify for tau in spec.stats.accept_lengths)
+    assert spec.stats.drafted_tokens <= (num_verify - 1) * spec.stats.num_steps
+
+
+def test_verifying_fewer_tokens_keeps_the_drafts_of_the_full_block(target_f32,
+                                                                   shipped_drafter_f32,
+                                                                   chat_prompts):
+    """The drafter still fills its whole trained block: the verified drafts are the first
+    drafts of that block, not a shorter block's."""
+    import torch
+
+    from dflash_plugin.errors import DFlashError
+
+    full = SpecDecoder(target_f32, shipped_drafter_f32)
+    short = SpecDecoder(target_f32, shipped_drafter_f32, num_verify_tokens=3)
+    ids = chat_prompts[0]
+    with torch.inference_mode():
+        features = full.capture.active()
+        with features:
+            target_f32(ids, use_cache=False)
+            context = shipped_drafter_f32.fuse_context(full.capture.take())
+        start, bonus = ids.shape[1], 42
+        whole = full.draft(bonus, start, context, shipped_drafter_f32.new_cache(), 16)
+        first = short.draft(bonus, start, context, shipped_drafter_f32.new_cache(), 16, 2)
+    assert first.tolist() == whole[:2].tolist()
+    for bad in (1, 17):
+        with pytest.raises(DFlashError, match="tokens per verify pass"):
+            SpecDecoder(target_f32, shipped_drafter_f32, num_verify_tokens=bad)
 
 
 def test_trained_drafter_gets_drafts_accepted(target_f32, shipped_drafter_f32, chat_prompts):

@@ -93,3 +93,25 @@ def test_continue_from_a_checkpoint_and_export_with_the_full_vocabulary(store, t
     reduced.lm_head.weight.data[0] += 1.0  # a head that was trained is not the target's
     with pytest.raises(ValueError, match="not a copy"):
         with_full_vocabulary(reduced, head)
+
+
+def test_continue_from_a_full_vocabulary_export_trains_with_the_reduced_head(store, tmp_path,
+                                                                             smollm_bf16):
+    from dflash_plugin.checkpoint import save_drafter
+    from dflash_plugin.train.export import with_full_vocabulary
+
+    model, _ = smollm_bf16
+    first = Trainer(_config(store, tmp_path / "a", max_steps=2), model)
+    first.run()
+    head = model.get_output_embeddings().weight.data.float()
+    save_drafter(with_full_vocabulary(first.drafter, head), tmp_path / "export",
+                 dtype=torch.float32)
+    again = Trainer(_config(store, tmp_path / "b", max_steps=1,
+                            init_from=str(tmp_path / "export")), model)
+    assert again.drafter.lm_head is not None
+    assert torch.equal(again.drafter.d2t, first.drafter.d2t)
+    assert torch.equal(again.drafter.lm_head.weight, first.drafter.lm_head.weight)
+    assert not again.drafter.lm_head.weight.requires_grad
+    assert torch.equal(again.drafter.layers[0].mlp.up_proj.weight,
+                       first.drafter.layers[0].mlp.up_proj.weight)
+    again.run()

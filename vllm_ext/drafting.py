@@ -7,13 +7,18 @@ Environment (read in the worker when the drafter is built):
   DFLASH_DRAFT_POLICY = adaptive (default) | full | off | stagger
   DFLASH_COST_MODEL   = "verify_per_token=0.09,draft_fixed=0.15,..." overrides fields of the
                         platform's preset (draft_policy.CPU_COSTS / CUDA_COSTS)
+  DFLASH_RATE_GUARD   = on (default) | off: time real steps and stop drafting where it is
+                        measured slower than plain decoding (rate_guard.py); "off" leaves the
+                        choice to the cost model alone (reproducible, for tests and profiling)
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import time
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 import torch
 
@@ -25,11 +30,13 @@ from dflash_plugin.draft_policy import (
     PolicyMode,
     parse_cost_model,
 )
+from dflash_plugin.rate_guard import RateGuard
 
 logger = logging.getLogger(f"vllm.{__name__}")  # under vLLM's log handler
 
 POLICY_ENV = "DFLASH_DRAFT_POLICY"
 COST_MODEL_ENV = "DFLASH_COST_MODEL"
+RATE_GUARD_ENV = "DFLASH_RATE_GUARD"
 
 
 def policy_mode_from_env() -> PolicyMode:
@@ -46,9 +53,28 @@ def cost_model_from_env(is_cpu: bool) -> CostModel:
     return parse_cost_model(os.environ.get(COST_MODEL_ENV, ""), base)
 
 
+def rate_guard_from_env() -> RateGuard | None:
+    value = os.environ.get(RATE_GUARD_ENV, "on").strip().lower()
+    if value in ("on", "1", "true"):
+        return RateGuard()
+    if value in ("off", "0", "false"):
+        return None
+    raise ValueError(f"{RATE_GUARD_ENV}={value!r}: expected on or off")
+
+
 def top1_probability(logits: torch.Tensor) -> torch.Tensor:
     """[rows, V] logits -> [rows] probability of the argmax token (float32)."""
     return torch.softmax(logits, dim=-1, dtype=torch.float32).amax(dim=-1)
+
+
+@dataclass(frozen=True)
+class _StepStart:
+    """What the rate guard needs to time the step that a propose call hands drafts to."""
+
+    started: float  # when that propose call began (so the draft pass is inside the step)
+    batch: int
+    scheduled_tokens: int  # target tokens the next step processes if nothing joins or leaves
+    drafted: bool  # the draft pass ran
 
 
 class Drafting:
@@ -62,6 +88,9 @@ class Drafting:
         # Rows move between steps; the verified tokens themselves identify the request.
         self._pending: dict[tuple[int, ...], torch.Tensor] = {}
         self._collecting = False  # inside the hooked draft pass
+        self._step_started = 0.0
+        self._last_step: _StepStart | None = None
+        self.clock = time.perf_counter
 
     @property
     def wants_confidence(self) -> bool:
@@ -84,12 +113,14 @@ class Drafting:
         target_token_ids [T]: this step's target input (per request: bonus token, then the
         drafts it verified); num_rejected [B]: how many of those drafts were rejected.
         """
+        self._step_started = self.clock()
+        starts = query_start_loc_cpu.tolist()
+        rejected = num_rejected.tolist() if num_rejected is not None else None
+        self._time_last_step(starts, rejected)
         pending, self._pending = self._pending, {}
-        if not pending or num_rejected is None:
+        if not pending or rejected is None:
             return
         ids = target_token_ids.tolist()
-        starts = query_start_loc_cpu.tolist()
-        rejected = num_rejected.tolist()
         confidences, accepted = [], []
         for i, num_rej in enumerate(rejected):
             key = tuple(ids[starts[i]:starts[i + 1]])
@@ -99,6 +130,24 @@ class Drafting:
                 accepted.append(len(key) - 1 - num_rej)
         if confidences:
             self.policy.observe(confidences, accepted)
+
+    def _time_last_step(self, starts: list[int], rejected: list[int] | None):
+        """Give the rate guard the last step's emitted tokens per second, if that step was a
+        clean decoding step: the same requests, each verifying exactly what it was handed (a
+        joining prefill or a leaving request would make its time say nothing about drafting)."""
+        last, self._last_step = self._last_step, None
+        guard = self.policy.rate_guard
+        if last is None or guard is None:
+            return
+        batch, processed = len(starts) - 1, starts[-1]
+        if batch != last.batch or processed != last.scheduled_tokens:
+            return
+        drafts = processed - batch
+        tokens = batch + drafts - (sum(rejected) if (rejected and drafts) else 0)
+        guard.record(batch, last.drafted, tokens, self._step_started - last.started)
+
+    def _step_handed_out(self, batch: int, num_drafts: int, drafted: bool):
+        self._last_step = _StepStart(self._step_started, batch, batch + num_drafts, drafted)
 
     def select(self, drafts: torch.Tensor, next_token_ids: torch.Tensor) -> list[list[int]]:
         """drafts [B, K] -> each request's drafts to verify (a prefix, possibly empty)."""
@@ -116,8 +165,10 @@ class Drafting:
             selected.append(row[:length])
             if length and confidence is not None:
                 self._pending[(bonus[i], *row[:length])] = confidence[i, :length]
+        self._step_handed_out(batch, sum(lengths), drafted=True)
         return selected
 
-    def skipped(self):
+    def skipped(self, batch: int):
         """No draft pass ran this step."""
         self.confidence = None
+        self._step_handed_out(batch, 0, drafted=False)

@@ -24,6 +24,7 @@ from vllm_ext.drafting import (
     Drafting,
     cost_model_from_env,
     policy_mode_from_env,
+    rate_guard_from_env,
     top1_probability,
 )
 from vllm_ext.patches import install_propose_patch
@@ -66,12 +67,13 @@ class DFlashVllmDrafter(DFlashQwen3ForCausalLM):
                            spec.num_speculative_tokens, block - 1, block)
         policy = DraftPolicy(policy_mode_from_env(),
                              cost_model_from_env(current_platform.is_cpu()),
-                             block=spec.num_speculative_tokens)
+                             block=spec.num_speculative_tokens, rate_guard=rate_guard_from_env())
         self.dflash_drafting = Drafting(policy)
         if not install_propose_patch():
             self.dflash_drafting = None
-        logger.info("dflash plugin: drafter %s, draft policy %s, costs %s",
-                    spec.draft_model_config.model, policy.mode.value, policy.costs)
+        logger.info("dflash plugin: drafter %s, draft policy %s, costs %s, rate guard %s",
+                    spec.draft_model_config.model, policy.mode.value, policy.costs,
+                    "on" if policy.rate_guard else "off")
 
     def compute_logits(self, hidden_states: torch.Tensor) -> torch.Tensor | None:
         logits = super().compute_logits(hidden_states)

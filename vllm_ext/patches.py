@@ -99,7 +99,7 @@ def install_propose_patch() -> bool:
         drafting.learn(target_token_ids[:cad.num_actual_tokens], cad.query_start_loc_cpu,
                        num_rejected_tokens_gpu)
         if num_speculative_tokens == 0 or not drafting.policy.should_draft(batch):
-            drafting.skipped()
+            drafting.skipped(batch)
             self.num_speculative_tokens = num_speculative_tokens  # as the original does first
             self._last_draft_probs = None
             _store_context_only(self, target_token_ids, target_positions, target_hidden_states,

@@ -33,6 +33,10 @@ def add_arguments(p):
     p.add_argument("--top-k", type=int, default=0)
     p.add_argument("--max-new-tokens", type=int, default=256)
     p.add_argument("--block-size", type=int, default=None, help="default: the drafter's")
+    p.add_argument("--speculative-num-draft-tokens", type=int, default=None, metavar="N",
+                   help="DFLASH: tokens per verify pass including the bonus token, as in "
+                        "SGLang (default: the block size); the drafter still fills its whole "
+                        "block and only the first N-1 drafts are verified")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--dtype", choices=list(DTYPES), default="bfloat16")
     p.add_argument("--output", help="write the JSON lines here instead of stdout")
@@ -48,7 +52,8 @@ def build_decoder(args, target):
     if args.speculative_algorithm == "DDTREE":
         from dflash_plugin.tree_decode import TreeDecoder
         return TreeDecoder(target, drafter, budget=args.tree_budget, block_size=args.block_size).generate
-    return SpecDecoder(target, drafter, block_size=args.block_size).generate
+    return SpecDecoder(target, drafter, block_size=args.block_size,
+                       num_verify_tokens=args.speculative_num_draft_tokens).generate
 
 
 def _row(result, **extra) -> dict:

@@ -32,3 +32,20 @@ def with_full_vocabulary(drafter: DFlashDraftModel, target_lm_head: torch.Tensor
     state = {k: v for k, v in drafter.state_dict().items() if k not in ("lm_head.weight", "d2t")}
     full.load_state_dict(state, strict=True)
     return full
+
+
+def with_reduced_vocabulary(drafter: DFlashDraftModel, target_lm_head: torch.Tensor,
+                            keep: torch.Tensor) -> DFlashDraftModel:
+    """The inverse of `with_full_vocabulary`: the same drafter reading only the target LM-head
+    rows `keep` (sorted target ids), so that continuing training from an exported drafter
+    keeps the cheap reduced head."""
+    if drafter.lm_head is not None:
+        raise ValueError("the drafter already has a reduced vocabulary")
+    config = copy.deepcopy(drafter.config)
+    config.draft_vocab_size = int(keep.numel())
+    reduced = DFlashDraftModel(config).to(drafter.fc.weight.dtype)
+    state = dict(drafter.state_dict())
+    state["lm_head.weight"] = target_lm_head[keep].to(drafter.fc.weight.dtype)
+    state["d2t"] = keep - torch.arange(keep.numel())
+    reduced.load_state_dict(state, strict=True)
+    return reduced

@@ -23,6 +23,7 @@ from dflash_plugin.checkpoint import load_drafter, save_drafter
 from dflash_plugin.config import make_config
 from dflash_plugin.drafter import DFlashDraftModel
 from dflash_plugin.layout import default_gamma
+from dflash_plugin.train.export import with_reduced_vocabulary
 from dflash_plugin.train.batches import leading_matches, make_block_batch, sample_anchors
 from dflash_plugin.train.feature_store import FeatureStore
 
@@ -143,6 +144,12 @@ class Trainer:
         elif cfg.init_from:
             self.drafter = load_drafter(cfg.init_from, dtype=torch.float32).train()
             check_continuation(self.drafter, cfg, self.store)
+            if cfg.draft_vocab_size and self.drafter.lm_head is None:
+                # An exported (full-vocabulary) drafter: train with the reduced head again.
+                keep = select_draft_vocab(self.store, cfg.draft_vocab_size,
+                                          self.drafter.config.vocab_size)
+                self.drafter = with_reduced_vocabulary(
+                    self.drafter, self.target_head.weight.data.float(), keep).train()
         else:
             self.drafter = init_drafter(cfg, target, self.store).float().train()
         if self.drafter.lm_head is not None:

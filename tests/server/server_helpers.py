@@ -47,18 +47,20 @@ def make_random_drafter(path: Path, target_path: Path, **overrides) -> Path:
 class ServeProcess(Server):
     """`python -m dflash_plugin.cli serve ...` on a free port, output in a log file."""
 
-    def __init__(self, log_path: Path, *serve_args: str):
+    def __init__(self, log_path: Path, *serve_args: str, env: dict[str, str] | None = None):
         port = free_port()
         argv = [sys.executable, "-m", "dflash_plugin.cli", "serve", "--port", str(port), *serve_args]
-        super().__init__(Launch(argv, {}, {}, "127.0.0.1", port, MODEL), log_path=log_path)
+        super().__init__(Launch(argv, {}, dict(env or {}), "127.0.0.1", port, MODEL),
+                         log_path=log_path)
 
     @property
     def output(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.is_file() else ""
 
 
-def start_server(log_path: Path, *serve_args: str) -> ServeProcess:
-    server = ServeProcess(log_path, *serve_args).start()
+def start_server(log_path: Path, *serve_args: str,
+                 env: dict[str, str] | None = None) -> ServeProcess:
+    server = ServeProcess(log_path, *serve_args, env=env).start()
     try:
         seconds = server.wait_ready(START_TIMEOUT)
     except (ServerExited, TimeoutError) as err:

@@ -106,10 +106,19 @@ def worker_calls():
 
     def set_policy(worker, mode):
         from dflash_plugin.draft_policy import DraftPolicy, PolicyMode
+        from dflash_plugin.rate_guard import RateGuard
 
         drafting = worker.model_runner.drafter.model.dflash_drafting
         old = drafting.policy
-        drafting.policy = DraftPolicy(PolicyMode(mode), old.costs, old.block)
+        guard = RateGuard() if mode == "adaptive" else None  # a fresh one, as in production
+        drafting.policy = DraftPolicy(PolicyMode(mode), old.costs, old.block, rate_guard=guard)
+
+    def timed_steps(worker):
+        """Clean decoding steps the rate guard measured, per arm."""
+        guard = worker.model_runner.drafter.model.dflash_drafting.policy.rate_guard
+        arms = guard._arms.items() if guard is not None else ()
+        return {arm: sum(a.samples for (_, drafted), a in arms if drafted == (arm == "drafted"))
+                for arm in ("plain", "drafted")}
 
     def record_drafts(worker, skip_every, store_context):
         """Log every draft pass's [B, K] drafts; skip the draft pass on every
@@ -141,7 +150,7 @@ def worker_calls():
     def draft_log(worker):
         return worker.model_runner.drafter.model.dflash_drafting.log
 
-    return dict(drafter_class=drafter_class, set_policy=set_policy,
+    return dict(drafter_class=drafter_class, set_policy=set_policy, timed_steps=timed_steps,
                 record_drafts=record_drafts, draft_log=draft_log, drafts_seen=drafts_seen)
 
 
@@ -171,6 +180,7 @@ def runs(target_path, random_drafter):
             llm.collective_rpc(calls["set_policy"], args=(mode,))
             results[f"{mode}_single"] = token_ids(generate(llm, SINGLE_PROMPTS,
                                                            one_at_a_time=True))
+        results["adaptive_timed_steps"] = llm.collective_rpc(calls["timed_steps"])[0]
     with environment(VLLM_PLUGINS="", VLLM_ALLOW_INSECURE_SERIALIZATION="1"), \
             engine(target_path, drafter) as llm:
         results["native_class"] = llm.collective_rpc(calls["drafter_class"])[0]
@@ -224,6 +234,13 @@ def test_metrics_count_the_adapted_draft_lengths(runs):
 def test_the_policy_learns_from_every_verified_draft(runs):
     """Each request's verified drafts are matched to their confidences by content."""
     assert runs["stagger_drafts_seen"] == runs["stagger_counts"]["num_drafts"] > 0
+
+
+def test_the_rate_guard_times_plain_and_drafted_steps_in_the_engine(runs):
+    """One request at a time, most steps are clean decoding steps: the guard measures plain
+    steps first, then the drafted ones the cost model asks for (or its probes)."""
+    timed = runs["adaptive_timed_steps"]
+    assert timed["plain"] >= 3 and timed["drafted"] >= 1, timed
 
 
 def test_random_drafter_gets_no_verification_under_the_adaptive_policy(runs):

@@ -1,0 +1,91 @@
+"""Never slower than plain decoding, by measurement.
+
+The draft policy's cost model is an estimate: on a machine, engine or drafter it was not
+measured for, it can judge a draft pass worth its price when it is not. This guard times the
+engine's real decoding steps, per batch-size bucket, in two arms: steps that ran the draft pass
+("drafted") and steps that did not ("plain"), as emitted tokens per second (smoothed). Where
+drafting is measured slower than plain, the policy drafts only as a rare probe; the plain arm is
+re-measured now and then so that a slow drift (longer contexts, other load) cannot lock in a
+stale verdict. Engine-free: the adapter hands in (batch, drafted?, tokens, seconds) per step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+def batch_bucket(batch: int) -> int:
+    """1 | 2-3 | 4-7 | 8-15 | ...: steps of similar batch size share their measurements."""
+    return max(1, batch).bit_length()
+
+
+@dataclass
+class ArmRate:
+    """Smoothed emitted tokens per second of one arm in one bucket."""
+
+    rate: float = 0.0
+    samples: int = 0
+
+    def add(self, rate: float, smoothing: float):
+        # A plain mean for the first samples, then exponential forgetting.
+        weight = max(smoothing, 1.0 / (self.samples + 1))
+        self.rate += weight * (rate - self.rate)
+        self.samples += 1
+
+
+class RateGuard:
+    def __init__(self, min_samples: int = 3, smoothing: float = 0.1, margin: float = 1.0,
+                 refresh_plain_every: int = 200):
+        if min_samples < 1 or not 0 < smoothing <= 1 or margin <= 0 or refresh_plain_every < 1:
+            raise ValueError("rate guard: min_samples >= 1, 0 < smoothing <= 1, margin > 0 and "
+                             "refresh_plain_every >= 1 are required")
+        self.min_samples = min_samples
+        self.smoothing = smoothing
+        self.margin = margin  # drafting must reach margin x the plain rate to be allowed
+        self.refresh_plain_every = refresh_plain_every
+        self._arms: dict[tuple[int, bool], ArmRate] = {}
+        self._drafted_since_plain: dict[int, int] = {}
+        # Plain steps asked for since the last plain measurement: where the engine never has a
+        # clean step to time, stop asking rather than never drafting.
+        self._plain_asks: dict[int, int] = {}
+        self.max_plain_asks = 4 * min_samples
+
+    def arm(self, batch: int, drafted: bool) -> ArmRate:
+        return self._arms.setdefault((batch_bucket(batch), drafted), ArmRate())
+
+    def record(self, batch: int, drafted: bool, tokens: int, seconds: float):
+        """One clean decoding step: `tokens` emitted for `batch` requests in `seconds`."""
+        if batch < 1 or tokens < 1 or not seconds > 0:
+            return
+        self.arm(batch, drafted).add(tokens / seconds, self.smoothing)
+        bucket = batch_bucket(batch)
+        if drafted:
+            self._drafted_since_plain[bucket] = self._drafted_since_plain.get(bucket, 0) + 1
+        else:
+            self._drafted_since_plain[bucket] = 0
+            self._plain_asks[bucket] = 0
+
+    def needs_plain_sample(self, batch: int) -> bool:
+        """Plain steps are due: too few so far, or none for a long run of drafted steps.
+        Counts as a request for one plain step."""
+        bucket = batch_bucket(batch)
+        due = (self.arm(batch, False).samples < self.min_samples
+               or self._drafted_since_plain.get(bucket, 0) >= self.refresh_plain_every)
+        if not due or self._plain_asks.get(bucket, 0) >= self.max_plain_asks:
+            return False
+        self._plain_asks[bucket] = self._plain_asks.get(bucket, 0) + 1
+        return True
+
+    def drafting_loses(self, batch: int) -> bool:
+        """Both arms measured here, and drafting emits tokens slower than plain decoding."""
+        plain, drafted = self.arm(batch, False), self.arm(batch, True)
+        if plain.samples < self.min_samples or drafted.samples < self.min_samples:
+            return False
+        return drafted.rate < self.margin * plain.rate
+
+    def speedup(self, batch: int) -> float | None:
+        """Measured drafted/plain rate ratio in this batch's bucket (None until both known)."""
+        plain, drafted = self.arm(batch, False), self.arm(batch, True)
+        if not plain.samples or not drafted.samples or plain.rate <= 0:
+            return None
+        return drafted.rate / plain.rate

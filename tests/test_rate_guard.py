@@ -1,0 +1,88 @@
+"""The measured-rate guard on its own, and the draft policy that consults it (no engine)."""
+
+import pytest
+import torch
+
+from dflash_plugin.draft_policy import CPU_COSTS, DraftPolicy, PolicyMode
+from dflash_plugin.rate_guard import RateGuard, batch_bucket
+
+BLOCK = 15
+
+
+def test_batch_buckets_group_similar_batch_sizes():
+    assert [batch_bucket(b) for b in (1, 2, 3, 4, 7, 8, 16, 31, 32)] == [1, 2, 2, 3, 3, 4, 5, 5, 6]
+
+
+def test_drafting_loses_only_once_both_arms_are_measured_and_drafting_is_slower():
+    guard = RateGuard(min_samples=2, smoothing=0.5)
+    assert not guard.drafting_loses(4) and guard.speedup(4) is None
+    for _ in range(2):
+        guard.record(4, drafted=False, tokens=4, seconds=0.04)  # 100 tok/s
+    guard.record(4, drafted=True, tokens=6, seconds=0.1)  # 60 tok/s, one sample only
+    assert not guard.drafting_loses(4)
+    guard.record(5, drafted=True, tokens=6, seconds=0.1)  # same bucket (4-7)
+    assert guard.drafting_loses(6)
+    assert guard.speedup(4) == pytest.approx(0.6)
+    assert not guard.drafting_loses(8)  # another bucket: nothing measured there
+    for _ in range(10):  # the drafter got better: drafted steps now emit 150 tok/s
+        guard.record(4, drafted=True, tokens=15, seconds=0.1)
+    assert not guard.drafting_loses(4)
+    assert guard.speedup(4) > 1.4
+
+
+def test_plain_steps_are_asked_for_first_then_again_after_a_long_drafted_run():
+    guard = RateGuard(min_samples=2, refresh_plain_every=5)
+    assert guard.needs_plain_sample(1)
+    guard.record(1, drafted=False, tokens=1, seconds=0.02)
+    assert guard.needs_plain_sample(1)
+    guard.record(1, drafted=False, tokens=1, seconds=0.02)
+    assert not guard.needs_plain_sample(1)
+    for _ in range(5):
+        guard.record(1, drafted=True, tokens=3, seconds=0.04)
+    assert guard.needs_plain_sample(1)
+    guard.record(1, drafted=False, tokens=1, seconds=0.02)
+    assert not guard.needs_plain_sample(1)
+
+
+def test_no_endless_plain_requests_where_no_step_can_be_timed():
+    guard = RateGuard(min_samples=2)
+    asks = [guard.needs_plain_sample(1) for _ in range(20)]
+    assert asks == [True] * guard.max_plain_asks + [False] * (20 - guard.max_plain_asks)
+
+
+def test_bad_measurements_are_ignored_and_bad_settings_refused():
+    guard = RateGuard(min_samples=1)
+    guard.record(1, drafted=False, tokens=1, seconds=0.0)
+    guard.record(0, drafted=False, tokens=1, seconds=1.0)
+    assert guard.arm(1, False).samples == 0
+    with pytest.raises(ValueError, match="min_samples"):
+        RateGuard(min_samples=0)
+    with pytest.raises(ValueError, match="smoothing"):
+        RateGuard(smoothing=0)
+
+
+def test_policy_stops_drafting_where_it_is_timed_slower_and_probes_rarely():
+    guard = RateGuard(min_samples=2)
+    policy = DraftPolicy(PolicyMode.ADAPTIVE, CPU_COSTS, BLOCK, rate_guard=guard, probe_every=5)
+    assert not policy.should_draft(1)  # plain steps first, to know what drafting must beat
+    guard.record(1, drafted=False, tokens=1, seconds=0.02)  # 50 tok/s
+    guard.record(1, drafted=False, tokens=1, seconds=0.02)
+    assert policy.should_draft(1)  # the cost model, optimistic for a new drafter, says yes
+    guard.record(1, drafted=True, tokens=2, seconds=0.05)  # 40 tok/s: drafting loses
+    guard.record(1, drafted=True, tokens=2, seconds=0.05)
+    decisions = [policy.should_draft(1) for _ in range(10)]
+    assert decisions == [False, False, False, False, True] * 2
+    for _ in range(20):  # probes show a drafter that now pays off (100 tok/s)
+        guard.record(1, drafted=True, tokens=5, seconds=0.05)
+    assert policy.should_draft(1)
+
+
+def test_policy_without_a_guard_or_in_fixed_modes_ignores_timings():
+    guard = RateGuard(min_samples=1)
+    guard.record(1, drafted=False, tokens=1, seconds=0.01)
+    guard.record(1, drafted=True, tokens=1, seconds=1.0)
+    assert DraftPolicy(PolicyMode.FULL, CPU_COSTS, BLOCK, rate_guard=guard).should_draft(1)
+    assert DraftPolicy(PolicyMode.ADAPTIVE, CPU_COSTS, BLOCK).should_draft(1)
+    confidence = torch.full((1, BLOCK), 0.99)
+    assert DraftPolicy(PolicyMode.ADAPTIVE, CPU_COSTS, BLOCK,
+                       rate_guard=guard).choose(1, confidence, BLOCK)[0] > 0

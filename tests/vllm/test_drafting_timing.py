@@ -1,0 +1,74 @@
+"""How the vLLM adapter times decoding steps for the rate guard (engine-free, fake clock)."""
+
+import pytest
+import torch
+
+from dflash_plugin.draft_policy import CPU_COSTS, DraftPolicy, PolicyMode
+from dflash_plugin.rate_guard import RateGuard
+from vllm_ext.drafting import Drafting
+
+BLOCK = 4
+
+
+class FakeClock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+def make_drafting():
+    guard = RateGuard(min_samples=1)
+    drafting = Drafting(DraftPolicy(PolicyMode.ADAPTIVE, CPU_COSTS, BLOCK, rate_guard=guard))
+    drafting.clock = FakeClock()
+    return drafting, guard
+
+
+def step(drafting, query_lens, rejected=None):
+    """The propose call of one step: what the target just processed, per request."""
+    starts = torch.tensor([0, *torch.tensor(query_lens).cumsum(0).tolist()])
+    ids = torch.arange(int(starts[-1]))
+    drafting.learn(ids, starts, None if rejected is None else torch.tensor(rejected))
+
+
+def test_plain_and_drafted_steps_are_timed_as_emitted_tokens_per_second():
+    drafting, guard = make_drafting()
+    step(drafting, [1, 1])
+    drafting.skipped(2)  # plain step for two requests
+    drafting.clock.now = 0.1
+    step(drafting, [1, 1], rejected=[0, 0])
+    assert guard.arm(2, False).rate == pytest.approx(20.0)  # 2 tokens in 0.1 s
+    drafting.select(torch.tensor([[5, 6, 7, 8], [5, 6, 7, 8]]), torch.tensor([1, 2]))
+    drafting.clock.now = 0.3
+    # The policy had no confidences: both requests verified all 4 drafts; 1 and 3 were rejected.
+    step(drafting, [5, 5], rejected=[1, 3])
+    assert guard.arm(2, True).rate == pytest.approx((2 + 8 - 4) / 0.2)
+
+
+def test_steps_where_requests_join_or_leave_are_not_timed():
+    drafting, guard = make_drafting()
+    step(drafting, [1, 1])
+    drafting.skipped(2)
+    drafting.clock.now = 0.1
+    step(drafting, [1, 1, 7])  # a new request's prefill joined
+    drafting.skipped(3)
+    drafting.clock.now = 0.2
+    step(drafting, [1, 1])  # a request left
+    assert guard.arm(2, False).samples == 0 and guard.arm(3, False).samples == 0
+    drafting.skipped(2)
+    drafting.clock.now = 0.25
+    step(drafting, [1, 1])
+    assert guard.arm(2, False).samples == 1
+
+
+def test_rate_guard_switch_from_the_environment(monkeypatch):
+    from vllm_ext.drafting import RATE_GUARD_ENV, rate_guard_from_env
+
+    monkeypatch.delenv(RATE_GUARD_ENV, raising=False)
+    assert isinstance(rate_guard_from_env(), RateGuard)  # on by default
+    monkeypatch.setenv(RATE_GUARD_ENV, "OFF")
+    assert rate_guard_from_env() is None
+    monkeypatch.setenv(RATE_GUARD_ENV, "sometimes")
+    with pytest.raises(ValueError, match="DFLASH_RATE_GUARD='sometimes'"):
+        rate_guard_from_env()
