@@ -38,10 +38,12 @@ def baseline(server_logs, target_path):
 
 @pytest.fixture(scope="module")
 def server(baseline, server_logs, drafter):
-    # Rate guard off: its verdicts follow this machine's step timings, and these tests need
-    # drafts verified at every run (the guard has its own tests, tests/vllm and test_rate_guard).
+    # "stagger" verifies 0..15 drafts per request, varying every step, so the token-identity
+    # tests below always check verified drafts of every length: the default load-aware policy
+    # may verify none with a weak drafter on this CPU (its own losslessness is tested in
+    # tests/vllm/test_engine.py, and the default policy serves in test_serve_bf16.py).
     server = start_server(server_logs / "fp32-dflash.log", "--speculative-draft-model-path",
-                          str(drafter), *COMMON, *ENGINE, env={"DFLASH_RATE_GUARD": "off"})
+                          str(drafter), *COMMON, *ENGINE, env={"DFLASH_DRAFT_POLICY": "stagger"})
     yield server
     server.stop()
 
@@ -182,12 +184,7 @@ def test_bench_sweep_against_the_server(server):
     for row in rows:
         assert row["failed"] == 0 and row["output_tokens"] == 4 * 12
         assert row["output_tokens_per_s"] > 0 and row["ttft_ms"] > 0 and row["tpot_ms"] > 0
-        # The load-aware policy may verify no drafts at all at a level (then no tau).
-        if row["num_drafts"]:
-            assert row["accept_length"] >= 1.0
-        else:
-            assert row["accept_length"] is None
-    assert sum(row["num_drafts"] for row in rows) > 0
+        assert row["num_drafts"] > 0 and 1.0 <= row["accept_length"] <= 16
 
 
 def test_ready_message_says_how_to_query(server):
