@@ -9,9 +9,11 @@ from dflash_plugin.train.prompts import (
     PROVENANCE,
     Prompt,
     build_prompts,
+    more_prompts,
     normalize,
     read_jsonl,
     split_prompts,
+    template_key,
     write_jsonl,
 )
 
@@ -120,3 +122,17 @@ def test_spread_over_categories_takes_round_robin(big):
     assert len(picked) == 20 and len(counts) == len(CATEGORIES)
     assert max(counts.values()) - min(counts.values()) <= 1
     assert spread_over_categories(big, None) == big
+
+
+def test_more_prompts_are_new_and_never_near_the_held_out_split():
+    train, held_out = split_prompts(build_prompts(200, seed=0), 20, seed=0)  # a first round
+    extra = more_prompts(60, train, held_out, seed=0)
+    assert Counter(p.category for p in extra) == {c: 60 for c in CATEGORIES}
+    texts = [normalize(p.text) for p in extra]
+    assert len(set(texts)) == len(texts)
+    assert not set(texts) & {normalize(p.text) for p in train + held_out}
+    held_templates = {template_key(p.category, p.text) for p in held_out}
+    assert not {template_key(p.category, p.text) for p in extra} & held_templates
+    # A second round excludes the first round's prompts too.
+    again = more_prompts(60, train + extra, held_out, seed=0)
+    assert not {normalize(p.text) for p in again} & set(texts)

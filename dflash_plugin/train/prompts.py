@@ -757,7 +757,7 @@ def normalize(text: str) -> str:
     return " ".join(text.lower().split())
 
 
-def _template_key(category: str, text: str) -> str:
+def template_key(category: str, text: str) -> str:
     # Prompts that differ only in their numbers come from the same template instance (e.g. the
     # same word problem with other quantities); keeping them on one side of the split stops the
     # eval set from being near-copies of training prompts.
@@ -838,7 +838,7 @@ def split_prompts(
         for p in items:
             if p.category == category and normalize(p.text) not in texts:
                 texts.add(normalize(p.text))
-                groups.setdefault(_template_key(category, p.text), []).append(p)
+                groups.setdefault(template_key(category, p.text), []).append(p)
         if len(texts) < eval_per_category:
             raise ValueError(f"category {category!r} has only {len(texts)} distinct prompts, "
                              f"fewer than eval_per_category={eval_per_category}")
@@ -849,6 +849,29 @@ def split_prompts(
     eval_texts = {normalize(p.text) for p in eval_set}
     train = [p for p in items if id(p) not in eval_ids and normalize(p.text) not in eval_texts]
     return train, eval_set
+
+
+def more_prompts(per_category: int, used: Iterable[Prompt], held_out: Iterable[Prompt],
+                 seed: int = 0) -> list[Prompt]:
+    """`per_category` new prompts per category from the same generator (for another training
+    round): none repeats a text in `used` or `held_out`, and none shares a number-masked template
+    with `held_out`, so the evaluation split stays unseen."""
+    held_out = list(held_out)
+    seen = {normalize(p.text) for p in [*used, *held_out]}
+    blocked = {template_key(p.category, p.text) for p in held_out}
+    wanted = len(seen) // len(CATEGORIES) + 2 * per_category
+    while True:
+        counts: dict[str, int] = {}
+        chosen = []
+        for p in build_prompts(wanted, seed=seed):
+            if (normalize(p.text) in seen or template_key(p.category, p.text) in blocked
+                    or counts.get(p.category, 0) >= per_category):
+                continue
+            counts[p.category] = counts.get(p.category, 0) + 1
+            chosen.append(p)
+        if all(counts.get(c, 0) == per_category for c in CATEGORIES):
+            return chosen
+        wanted *= 2  # build_prompts raises once a category runs out of unique prompts
 
 
 def write_jsonl(path: str | os.PathLike[str], prompts: Iterable[Prompt]) -> None:
