@@ -34,6 +34,12 @@ def with_full_vocabulary(drafter: DFlashDraftModel, target_lm_head: torch.Tensor
     return full
 
 
+def reduced_head(target_lm_head: torch.Tensor, keep: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The draft head over target ids `keep` (sorted): its weight rows and the `d2t` map
+    (draft id + d2t[draft id] = target id, vLLM's format)."""
+    return target_lm_head[keep], keep - torch.arange(keep.numel())
+
+
 def with_reduced_vocabulary(drafter: DFlashDraftModel, target_lm_head: torch.Tensor,
                             keep: torch.Tensor) -> DFlashDraftModel:
     """The inverse of `with_full_vocabulary`: the same drafter reading only the target LM-head
@@ -45,7 +51,7 @@ def with_reduced_vocabulary(drafter: DFlashDraftModel, target_lm_head: torch.Ten
     config.draft_vocab_size = int(keep.numel())
     reduced = DFlashDraftModel(config).to(drafter.fc.weight.dtype)
     state = dict(drafter.state_dict())
-    state["lm_head.weight"] = target_lm_head[keep].to(drafter.fc.weight.dtype)
-    state["d2t"] = keep - torch.arange(keep.numel())
+    weight, state["d2t"] = reduced_head(target_lm_head, keep)
+    state["lm_head.weight"] = weight.to(drafter.fc.weight.dtype)
     reduced.load_state_dict(state, strict=True)
     return reduced

@@ -23,8 +23,8 @@ from dflash_plugin.checkpoint import load_drafter, save_drafter
 from dflash_plugin.config import make_config
 from dflash_plugin.drafter import DFlashDraftModel
 from dflash_plugin.layout import default_gamma
-from dflash_plugin.train.export import with_reduced_vocabulary
 from dflash_plugin.train.batches import leading_matches, make_block_batch, sample_anchors
+from dflash_plugin.train.export import reduced_head, with_reduced_vocabulary
 from dflash_plugin.train.feature_store import FeatureStore
 
 STATE_FILE = "train_state.pt"
@@ -77,8 +77,9 @@ def init_drafter(cfg: TrainConfig, target, store: FeatureStore) -> DFlashDraftMo
     drafter = DFlashDraftModel(config)
     if drafter.lm_head is not None:
         keep = select_draft_vocab(store, cfg.draft_vocab_size, config.vocab_size)
-        drafter.lm_head.weight.data.copy_(target.get_output_embeddings().weight.data[keep])
-        drafter.d2t.copy_(keep - torch.arange(keep.numel()))
+        weight, d2t = reduced_head(target.get_output_embeddings().weight.data, keep)
+        drafter.lm_head.weight.data.copy_(weight)
+        drafter.d2t.copy_(d2t)
     if cfg.init_from_target:
         init_from_target(drafter, target, layer_ids)
     return drafter
