@@ -97,15 +97,17 @@ def test_continue_from_a_checkpoint_and_export_with_the_full_vocabulary(store, t
 
 def test_continue_from_a_full_vocabulary_export_trains_with_the_reduced_head(store, tmp_path,
                                                                              smollm_bf16):
-    from dflash_plugin.checkpoint import save_drafter
-    from dflash_plugin.train.export import with_full_vocabulary
+    from dflash_plugin.draft_vocab import read_draft_vocab
+    from dflash_plugin.train.export import export_drafter
 
     model, _ = smollm_bf16
     first = Trainer(_config(store, tmp_path / "a", max_steps=2), model)
     first.run()
     head = model.get_output_embeddings().weight.data.float()
-    save_drafter(with_full_vocabulary(first.drafter, head), tmp_path / "export",
-                 dtype=torch.float32)
+    exported = export_drafter(first.drafter, head, tmp_path / "export", dtype=torch.float32)
+    assert exported.lm_head is None
+    trained_ids = first.drafter.to_target_ids(torch.arange(first.drafter.d2t.numel()))
+    assert torch.equal(read_draft_vocab(tmp_path / "export", head.shape[0]), trained_ids)
     again = Trainer(_config(store, tmp_path / "b", max_steps=1,
                             init_from=str(tmp_path / "export")), model)
     assert again.drafter.lm_head is not None

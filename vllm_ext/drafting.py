@@ -10,6 +10,8 @@ Environment (read in the worker when the drafter is built):
   DFLASH_RATE_GUARD   = on (default) | off: time real steps and stop drafting where it is
                         measured slower than plain decoding (rate_guard.py); "off" leaves the
                         choice to the cost model alone (reproducible, for tests and profiling)
+  DFLASH_DRAFT_VOCAB  = auto (default) | full: with "auto", a drafter folder that carries its
+                        training vocabulary (draft_vocab.json) drafts over those LM-head rows only
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ logger = logging.getLogger(f"vllm.{__name__}")  # under vLLM's log handler
 POLICY_ENV = "DFLASH_DRAFT_POLICY"
 COST_MODEL_ENV = "DFLASH_COST_MODEL"
 RATE_GUARD_ENV = "DFLASH_RATE_GUARD"
+DRAFT_VOCAB_ENV = "DFLASH_DRAFT_VOCAB"
 
 
 def policy_mode_from_env() -> PolicyMode:
@@ -60,6 +63,16 @@ def rate_guard_from_env() -> RateGuard | None:
     if value in ("off", "0", "false"):
         return None
     raise ValueError(f"{RATE_GUARD_ENV}={value!r}: expected on or off")
+
+
+def draft_vocab_from_env() -> bool:
+    """True: restrict the draft head to the checkpoint's training vocabulary, if it has one."""
+    value = os.environ.get(DRAFT_VOCAB_ENV, "auto").strip().lower()
+    if value in ("auto", "reduced"):
+        return True
+    if value == "full":
+        return False
+    raise ValueError(f"{DRAFT_VOCAB_ENV}={value!r}: expected auto or full")
 
 
 def top1_probability(logits: torch.Tensor) -> torch.Tensor:

@@ -6,7 +6,9 @@ drafting math on vLLM's paged KV cache and attention backends) plus three things
   does not fit the target fails at start-up with a message naming the mismatch;
 - it carries the load-aware drafting state (`dflash_drafting`) and installs the proposer hook
   that applies it (vllm_ext.patches);
-- `compute_logits` records each draft position's top-1 probability for that policy.
+- `compute_logits` records each draft position's top-1 probability for that policy, and, when
+  the checkpoint carries its training vocabulary (`draft_vocab.json`), multiplies by only those
+  rows of the shared LM head (dflash_plugin.draft_vocab: the costliest part of a CPU draft pass).
 """
 
 from __future__ import annotations
@@ -19,10 +21,12 @@ from vllm.model_executor.models.qwen3_dflash import DFlashQwen3ForCausalLM
 from vllm.platforms import current_platform
 
 from dflash_plugin.draft_policy import DraftPolicy
+from dflash_plugin.draft_vocab import read_draft_vocab, reduced_head_logits
 from dflash_plugin.pair_check import DrafterShape, TargetShape, check_pair_shapes
 from vllm_ext.drafting import (
     Drafting,
     cost_model_from_env,
+    draft_vocab_from_env,
     policy_mode_from_env,
     rate_guard_from_env,
     top1_probability,
@@ -71,12 +75,43 @@ class DFlashVllmDrafter(DFlashQwen3ForCausalLM):
         self.dflash_drafting = Drafting(policy)
         if not install_propose_patch():
             self.dflash_drafting = None
-        logger.info("dflash plugin: drafter %s, draft policy %s, costs %s, rate guard %s",
-                    spec.draft_model_config.model, policy.mode.value, policy.costs,
-                    "on" if policy.rate_guard else "off")
+        self.dflash_draft_ids = None  # sorted target ids the draft head is restricted to
+        self._draft_head_rows: tuple[int, torch.Tensor] | None = None  # (source ptr, rows)
+        if draft_vocab_from_env() and self._plain_logits():
+            self.dflash_draft_ids = read_draft_vocab(spec.draft_model_config.model,
+                                                     vllm_config.model_config.get_vocab_size())
+        logger.info("dflash plugin: drafter %s, draft policy %s, costs %s, rate guard %s, "
+                    "draft head %s", spec.draft_model_config.model, policy.mode.value,
+                    policy.costs, "on" if policy.rate_guard else "off",
+                    "full vocabulary" if self.dflash_draft_ids is None
+                    else f"{self.dflash_draft_ids.numel()} training-vocabulary rows")
+
+    def _plain_logits(self) -> bool:
+        """The reduced head reproduces LogitsProcessor only without scaling or soft-capping."""
+        processor = self.logits_processor
+        return processor.scale == 1.0 and getattr(processor, "soft_cap", None) is None
+
+    def _head_rows(self) -> torch.Tensor | None:
+        """The draft vocabulary's rows of the LM head in use (the target's, once vLLM shares
+        it after loading), copied once per head."""
+        weight = getattr(self.lm_head, "weight", None)
+        ids = self.dflash_draft_ids
+        if ids is None or not isinstance(weight, torch.Tensor) or weight.shape[0] <= int(ids[-1]):
+            return None  # e.g. a vocabulary-sharded head under tensor parallelism
+        cached = self._draft_head_rows
+        if cached is None or cached[0] != weight.data_ptr():
+            ids = ids.to(weight.device)
+            self.dflash_draft_ids = ids
+            cached = self._draft_head_rows = (weight.data_ptr(), weight.detach()[ids].contiguous())
+        return cached[1]
 
     def compute_logits(self, hidden_states: torch.Tensor) -> torch.Tensor | None:
-        logits = super().compute_logits(hidden_states)
+        rows = self._head_rows()
+        if rows is not None:
+            logits = reduced_head_logits(hidden_states, rows, self.dflash_draft_ids,
+                                         self.config.vocab_size)
+        else:
+            logits = super().compute_logits(hidden_states)
         drafting = self.dflash_drafting
         if logits is not None and drafting is not None and drafting.wants_confidence:
             drafting.confidence = top1_probability(logits)

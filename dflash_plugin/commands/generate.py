@@ -39,6 +39,10 @@ def add_arguments(p):
                         "block and only the first N-1 drafts are verified")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--dtype", choices=list(DTYPES), default="bfloat16")
+    p.add_argument("--draft-vocab", choices=["auto", "full"], default="auto",
+                   help="auto: draft over the drafter's training vocabulary when its folder "
+                        "keeps one (draft_vocab.json; a cheaper draft LM head); full: the "
+                        "target's whole vocabulary")
     p.add_argument("--output", help="write the JSON lines here instead of stdout")
 
 
@@ -48,7 +52,12 @@ def build_decoder(args, target):
     from dflash_plugin.defaults import default_drafter_path
     from dflash_plugin.generate import SpecDecoder
 
-    drafter = load_drafter(args.draft or default_drafter_path(), dtype=DTYPES[args.dtype])
+    folder = args.draft or default_drafter_path()
+    drafter = load_drafter(folder, dtype=DTYPES[args.dtype])
+    if args.draft_vocab == "auto":  # draft over the training vocabulary: a cheaper LM head
+        from dflash_plugin.draft_vocab import restricted_to_draft_vocab
+        drafter = restricted_to_draft_vocab(
+            drafter, target.get_output_embeddings().weight.data.to(DTYPES[args.dtype]), folder)
     if args.speculative_algorithm == "DDTREE":
         from dflash_plugin.tree_decode import TreeDecoder
         return TreeDecoder(target, drafter, budget=args.tree_budget, block_size=args.block_size).generate

@@ -132,13 +132,11 @@ def run(args) -> int:
         write_report(report, work / "eval.json")
         print(json.dumps(report, indent=1))
     if "export" in stages and args.export:
-        from dflash_plugin.checkpoint import load_drafter, save_drafter
+        from dflash_plugin.checkpoint import load_drafter
+        from dflash_plugin.train.export import export_drafter
         drafter = load_drafter(work / "run" / "checkpoint", dtype=torch.float32)
-        if full_vocab_export:
-            from dflash_plugin.train.export import with_full_vocabulary
-            drafter = with_full_vocabulary(drafter,
-                                           target.get_output_embeddings().weight.data.float())
-        save_drafter(drafter, args.export)
+        head = target.get_output_embeddings().weight.data.float() if full_vocab_export else None
+        export_drafter(drafter, head, args.export, vocab=args.export_vocab)
         for extra in ("eval.json", "PROVENANCE.txt"):
             if (work / extra).is_file():
                 shutil.copy(work / extra, Path(args.export) / extra)

@@ -5,7 +5,9 @@ because the LM head dominates training cost. When those rows are exactly the tar
 exported drafter drops them and borrows the target's full LM head instead: the published format
 every engine loads (SGLang's DFlash worker only knows the target's head). Drafts then range over
 the whole vocabulary; tokens outside the training vocabulary were never targets, so they rarely
-win the argmax, and verification keeps the output lossless either way.
+win the argmax, and verification keeps the output lossless either way. The training vocabulary
+itself is written beside the weights (dflash_plugin.draft_vocab), so that an adapter can still
+draft over those rows only, which is cheaper.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import copy
 
 import torch
 
+from dflash_plugin.checkpoint import save_drafter
+from dflash_plugin.draft_vocab import write_draft_vocab
 from dflash_plugin.drafter import DFlashDraftModel
 
 
@@ -34,24 +38,20 @@ def with_full_vocabulary(drafter: DFlashDraftModel, target_lm_head: torch.Tensor
     return full
 
 
-def reduced_head(target_lm_head: torch.Tensor, keep: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The draft head over target ids `keep` (sorted): its weight rows and the `d2t` map
-    (draft id + d2t[draft id] = target id, vLLM's format)."""
-    return target_lm_head[keep], keep - torch.arange(keep.numel())
-
-
-def with_reduced_vocabulary(drafter: DFlashDraftModel, target_lm_head: torch.Tensor,
-                            keep: torch.Tensor) -> DFlashDraftModel:
-    """The inverse of `with_full_vocabulary`: the same drafter reading only the target LM-head
-    rows `keep` (sorted target ids), so that continuing training from an exported drafter
-    keeps the cheap reduced head."""
-    if drafter.lm_head is not None:
-        raise ValueError("the drafter already has a reduced vocabulary")
-    config = copy.deepcopy(drafter.config)
-    config.draft_vocab_size = int(keep.numel())
-    reduced = DFlashDraftModel(config).to(drafter.fc.weight.dtype)
-    state = dict(drafter.state_dict())
-    weight, state["d2t"] = reduced_head(target_lm_head, keep)
-    state["lm_head.weight"] = weight.to(drafter.fc.weight.dtype)
-    reduced.load_state_dict(state, strict=True)
-    return reduced
+def export_drafter(drafter: DFlashDraftModel, target_lm_head: torch.Tensor | None, folder,
+                   vocab: str = "full", dtype: torch.dtype = torch.bfloat16) -> DFlashDraftModel:
+    """Write the drafter in the published format. vocab="full" (needs `target_lm_head`): a
+    reduced draft vocabulary becomes the target's full head, and its ids go to
+    draft_vocab.json; vocab="draft": the reduced head and `d2t` are kept in the weights."""
+    if vocab not in ("full", "draft"):
+        raise ValueError(f"export vocabulary {vocab!r}: expected full or draft")
+    trained_ids = None
+    if vocab == "full" and drafter.lm_head is not None:
+        if target_lm_head is None:
+            raise ValueError("a full-vocabulary export needs the target's LM head")
+        trained_ids = drafter.to_target_ids(torch.arange(drafter.d2t.numel()))
+        drafter = with_full_vocabulary(drafter, target_lm_head)
+    save_drafter(drafter, folder, dtype=dtype)
+    if trained_ids is not None:
+        write_draft_vocab(folder, trained_ids)
+    return drafter

@@ -24,7 +24,7 @@ from dflash_plugin.config import make_config
 from dflash_plugin.drafter import DFlashDraftModel
 from dflash_plugin.layout import default_gamma
 from dflash_plugin.train.batches import leading_matches, make_block_batch, sample_anchors
-from dflash_plugin.train.export import reduced_head, with_reduced_vocabulary
+from dflash_plugin.draft_vocab import reduced_head, with_reduced_vocabulary
 from dflash_plugin.train.feature_store import FeatureStore
 
 STATE_FILE = "train_state.pt"

@@ -72,3 +72,15 @@ def test_rate_guard_switch_from_the_environment(monkeypatch):
     monkeypatch.setenv(RATE_GUARD_ENV, "sometimes")
     with pytest.raises(ValueError, match="DFLASH_RATE_GUARD='sometimes'"):
         rate_guard_from_env()
+
+
+def test_draft_vocabulary_switch_from_the_environment(monkeypatch):
+    from vllm_ext.drafting import DRAFT_VOCAB_ENV, draft_vocab_from_env
+
+    monkeypatch.delenv(DRAFT_VOCAB_ENV, raising=False)
+    assert draft_vocab_from_env()  # the checkpoint's training vocabulary when it has one
+    monkeypatch.setenv(DRAFT_VOCAB_ENV, "full")
+    assert not draft_vocab_from_env()
+    monkeypatch.setenv(DRAFT_VOCAB_ENV, "tiny")
+    with pytest.raises(ValueError, match="DFLASH_DRAFT_VOCAB='tiny'"):
+        draft_vocab_from_env()

@@ -150,8 +150,29 @@ def worker_calls():
     def draft_log(worker):
         return worker.model_runner.drafter.model.dflash_drafting.log
 
+    def draft_head_check(worker):
+        """The drafter's logits for random hidden states, against the full shared head."""
+        import torch
+
+        model = worker.model_runner.drafter.model
+        ids = model.dflash_draft_ids
+        hidden = torch.randn(5, model.config.hidden_size,
+                             generator=torch.Generator().manual_seed(0)).to(
+                                 model.lm_head.weight.dtype)
+        logits = model.compute_logits(hidden)
+        full = hidden @ model.lm_head.weight[:model.config.vocab_size].T
+        outside = torch.ones(logits.shape[-1], dtype=torch.bool)
+        if ids is not None:
+            outside[ids] = False
+        return dict(num_ids=None if ids is None else ids.numel(),
+                    vocab=logits.shape[-1],
+                    outside_is_minus_inf=bool(torch.isneginf(logits[:, outside]).all()),
+                    argmax_matches=bool(torch.equal(
+                        logits.argmax(-1), full.masked_fill(outside, float("-inf")).argmax(-1))))
+
     return dict(drafter_class=drafter_class, set_policy=set_policy, timed_steps=timed_steps,
-                record_drafts=record_drafts, draft_log=draft_log, drafts_seen=drafts_seen)
+                record_drafts=record_drafts, draft_log=draft_log, drafts_seen=drafts_seen,
+                draft_head_check=draft_head_check)
 
 
 @pytest.fixture(scope="module")
@@ -169,6 +190,7 @@ def runs(target_path, random_drafter):
     with environment(VLLM_ALLOW_INSECURE_SERIALIZATION="1"), \
             engine(target_path, drafter, per_request_spec_decode_metrics="summary") as llm:
         results["plugin_class"] = llm.collective_rpc(calls["drafter_class"])[0]
+        results["draft_head"] = llm.collective_rpc(calls["draft_head_check"])[0]
         for mode in ("stagger", "adaptive", "full", "off"):
             llm.collective_rpc(calls["set_policy"], args=(mode,))
             outputs, results[f"{mode}_counts"] = counted(llm, lambda: generate(llm, PROMPTS))
@@ -206,6 +228,16 @@ def runs(target_path, random_drafter):
 def test_the_plugin_builds_its_drafter_and_vllm_plugins_gives_native(runs):
     assert runs["plugin_class"] == "DFlashVllmDrafter"
     assert runs["native_class"] == "DFlashQwen3ForCausalLM"
+
+
+def test_the_draft_head_uses_the_checkpoints_training_vocabulary(runs):
+    from dflash_plugin.draft_vocab import read_draft_vocab
+
+    ids = read_draft_vocab(shipped_drafter(), 49152)
+    assert ids is not None, "the shipped drafter carries its training vocabulary"
+    head = runs["draft_head"]
+    assert head["num_ids"] == ids.numel() < head["vocab"] == 49152
+    assert head["outside_is_minus_inf"] and head["argmax_matches"]
 
 
 @pytest.mark.parametrize("mode", ["stagger", "adaptive", "full", "off"])

@@ -1,0 +1,55 @@
+"""The training vocabulary kept beside a full-vocabulary drafter (dflash_plugin.draft_vocab)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from dflash_plugin.draft_vocab import (
+    DRAFT_VOCAB_FILE,
+    read_draft_vocab,
+    reduced_head_logits,
+    write_draft_vocab,
+)
+from dflash_plugin.errors import CheckpointError, MismatchError
+
+
+def test_round_trip_sorts_and_deduplicates(tmp_path):
+    write_draft_vocab(tmp_path, torch.tensor([7, 3, 3, 0, 11]))
+    assert read_draft_vocab(tmp_path, 12).tolist() == [0, 3, 7, 11]
+
+
+def test_a_folder_without_the_file_has_no_draft_vocabulary(tmp_path):
+    assert read_draft_vocab(tmp_path, 100) is None
+
+
+@pytest.mark.parametrize("content, error, message", [
+    ("{not json", CheckpointError, "not a draft vocabulary file"),
+    (json.dumps({"target_ids": [1, 2]}), CheckpointError, "not a draft vocabulary file"),
+    (json.dumps({"num_ids": 3, "target_ids": [1, 2]}), CheckpointError, "expected 3 target ids"),
+    (json.dumps({"num_ids": 2, "target_ids": [5, 2]}), CheckpointError, "sorted and unique"),
+    (json.dumps({"num_ids": 2, "target_ids": [2, 2]}), CheckpointError, "sorted and unique"),
+    (json.dumps({"num_ids": 2, "target_ids": [2, 100]}), MismatchError, "outside the target"),
+    (json.dumps({"num_ids": 2, "target_ids": [-1, 2]}), MismatchError, "outside the target"),
+])
+def test_bad_files_are_named(tmp_path, content, error, message):
+    (tmp_path / DRAFT_VOCAB_FILE).write_text(content)
+    with pytest.raises(error, match=message):
+        read_draft_vocab(tmp_path, 100)
+
+
+def test_reduced_logits_are_the_full_heads_rows_and_minus_inf_elsewhere():
+    torch.manual_seed(0)
+    head = torch.randn(50, 8)
+    ids = torch.tensor([1, 4, 9, 30, 49])
+    hidden = torch.randn(3, 8)
+    logits = reduced_head_logits(hidden, head[ids], ids, 50)
+    full = hidden @ head.T
+    assert logits.shape == (3, 50)
+    torch.testing.assert_close(logits[:, ids], full[:, ids])
+    outside = torch.ones(50, dtype=torch.bool)
+    outside[ids] = False
+    assert torch.isneginf(logits[:, outside]).all()
+    assert torch.equal(logits.argmax(-1), full.masked_fill(outside, float("-inf")).argmax(-1))
