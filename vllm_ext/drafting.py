@@ -68,7 +68,7 @@ def rate_guard_from_env() -> RateGuard | None:
 def draft_vocab_from_env() -> bool:
     """True: restrict the draft head to the checkpoint's training vocabulary, if it has one."""
     value = os.environ.get(DRAFT_VOCAB_ENV, "auto").strip().lower()
-    if value in ("auto", "reduced"):
+    if value == "auto":
         return True
     if value == "full":
         return False

@@ -75,8 +75,9 @@ class DFlashVllmDrafter(DFlashQwen3ForCausalLM):
         self.dflash_drafting = Drafting(policy)
         if not install_propose_patch():
             self.dflash_drafting = None
-        self.dflash_draft_ids = None  # sorted target ids the draft head is restricted to
-        self._draft_head_rows: tuple[int, torch.Tensor] | None = None  # (source ptr, rows)
+        self.dflash_draft_ids = None  # sorted target ids (CPU) the draft head is restricted to
+        # (data_ptr of the LM head it was taken from, its rows, the ids on its device) or None
+        self._draft_head: tuple[int, torch.Tensor | None, torch.Tensor | None] | None = None
         if draft_vocab_from_env() and self._plain_logits():
             self.dflash_draft_ids = read_draft_vocab(spec.draft_model_config.model,
                                                      vllm_config.model_config.get_vocab_size())
@@ -91,25 +92,27 @@ class DFlashVllmDrafter(DFlashQwen3ForCausalLM):
         processor = self.logits_processor
         return processor.scale == 1.0 and getattr(processor, "soft_cap", None) is None
 
-    def _head_rows(self) -> torch.Tensor | None:
-        """The draft vocabulary's rows of the LM head in use (the target's, once vLLM shares
-        it after loading), copied once per head."""
-        weight = getattr(self.lm_head, "weight", None)
+    def _draft_head_rows(self) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """(rows, ids) of the draft vocabulary in the LM head in use (the target's, once vLLM
+        shares it after loading), taken once per head; None: draft with the full head."""
         ids = self.dflash_draft_ids
-        if ids is None or not isinstance(weight, torch.Tensor) or weight.shape[0] <= int(ids[-1]):
-            return None  # e.g. a vocabulary-sharded head under tensor parallelism
-        cached = self._draft_head_rows
-        if cached is None or cached[0] != weight.data_ptr():
-            ids = ids.to(weight.device)
-            self.dflash_draft_ids = ids
-            cached = self._draft_head_rows = (weight.data_ptr(), weight.detach()[ids].contiguous())
-        return cached[1]
+        weight = getattr(self.lm_head, "weight", None)
+        if ids is None or not isinstance(weight, torch.Tensor):
+            return None
+        if self._draft_head is None or self._draft_head[0] != weight.data_ptr():
+            if weight.shape[0] <= int(ids[-1]):  # e.g. a vocabulary-sharded head (tensor parallel)
+                self._draft_head = (weight.data_ptr(), None, None)
+            else:
+                on_device = ids.to(weight.device)
+                self._draft_head = (weight.data_ptr(), weight.detach()[on_device].contiguous(),
+                                    on_device)
+        _, rows, on_device = self._draft_head
+        return None if rows is None else (rows, on_device)
 
     def compute_logits(self, hidden_states: torch.Tensor) -> torch.Tensor | None:
-        rows = self._head_rows()
-        if rows is not None:
-            logits = reduced_head_logits(hidden_states, rows, self.dflash_draft_ids,
-                                         self.config.vocab_size)
+        draft_head = self._draft_head_rows()
+        if draft_head is not None:
+            logits = reduced_head_logits(hidden_states, *draft_head, self.config.vocab_size)
         else:
             logits = super().compute_logits(hidden_states)
         drafting = self.dflash_drafting

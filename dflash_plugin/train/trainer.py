@@ -21,10 +21,10 @@ from tqdm import tqdm
 
 from dflash_plugin.checkpoint import load_drafter, save_drafter
 from dflash_plugin.config import make_config
+from dflash_plugin.draft_vocab import reduced_head, with_reduced_vocabulary
 from dflash_plugin.drafter import DFlashDraftModel
 from dflash_plugin.layout import default_gamma
 from dflash_plugin.train.batches import leading_matches, make_block_batch, sample_anchors
-from dflash_plugin.draft_vocab import reduced_head, with_reduced_vocabulary
 from dflash_plugin.train.feature_store import FeatureStore
 
 STATE_FILE = "train_state.pt"
