@@ -52,3 +52,18 @@ def chat_prompts(tokenizer):
 @pytest.fixture(scope="session")
 def tiny_target():
     return tiny_llama(seed=0, vocab_size=16, logit_scale=10.0)
+
+
+@pytest.fixture(scope="session")
+def shipped_drafter_f32(target_f32):
+    """As `dflash generate` loads it: drafting over its training vocabulary (draft_vocab.json)."""
+    from dflash_plugin.checkpoint import load_drafter
+    from dflash_plugin.defaults import default_drafter_path
+    from dflash_plugin.draft_vocab import restricted_to_draft_vocab
+
+    folder = default_drafter_path()
+    drafter = load_drafter(folder, dtype=torch.float32)
+    drafter = restricted_to_draft_vocab(drafter, target_f32.get_output_embeddings().weight.data,
+                                        folder)
+    assert drafter.lm_head is not None and drafter.d2t is not None
+    return drafter

@@ -37,23 +37,6 @@ def test_random_drafter_matches_plain(target_f32, drafter_f32, chat_prompts, pla
     assert all(1 <= tau <= block_size for tau in spec.stats.accept_lengths)
 
 
-@pytest.fixture(scope="module")
-def shipped_drafter_f32(target_f32):
-    """As `dflash generate` loads it: drafting over its training vocabulary (draft_vocab.json)."""
-    import torch
-
-    from dflash_plugin.checkpoint import load_drafter
-    from dflash_plugin.defaults import default_drafter_path
-    from dflash_plugin.draft_vocab import restricted_to_draft_vocab
-
-    folder = default_drafter_path()
-    drafter = load_drafter(folder, dtype=torch.float32)
-    drafter = restricted_to_draft_vocab(drafter, target_f32.get_output_embeddings().weight.data,
-                                        folder)
-    assert drafter.lm_head is not None and drafter.d2t is not None
-    return drafter
-
-
 # (drafter block, tokens per verify pass): full blocks, and a 16-token draft of which only the
 # first 2 drafts are verified (--speculative-num-draft-tokens 3).
 @pytest.mark.parametrize("block_size, num_verify", [(4, 4), (16, 16), (16, 3)])

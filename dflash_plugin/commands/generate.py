@@ -36,7 +36,14 @@ def add_arguments(p):
     p.add_argument("--speculative-num-draft-tokens", type=int, default=None, metavar="N",
                    help="DFLASH: tokens per verify pass including the bonus token, as in "
                         "SGLang (default: the block size); the drafter still fills its whole "
-                        "block and only the first N-1 drafts are verified")
+                        "block and only the first N-1 drafts are verified (with --draft-policy "
+                        "adaptive: at most N-1)")
+    p.add_argument("--draft-policy", choices=["adaptive", "fixed"], default="adaptive",
+                   help="DFLASH: adaptive verifies, each round, the drafts worth their cost "
+                        "(from the drafter's confidence, calibrated by what was accepted, and "
+                        "timed rounds; possibly none, skipping the draft pass where drafting is "
+                        "measured slower than plain decoding), as the vLLM plugin does; fixed "
+                        "always verifies N-1 drafts")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--dtype", choices=list(DTYPES), default="bfloat16")
     p.add_argument("--draft-vocab", choices=["auto", "full"], default="auto",
@@ -61,8 +68,11 @@ def build_decoder(args, target):
     if args.speculative_algorithm == "DDTREE":
         from dflash_plugin.tree_decode import TreeDecoder
         return TreeDecoder(target, drafter, budget=args.tree_budget, block_size=args.block_size).generate
-    return SpecDecoder(target, drafter, block_size=args.block_size,
-                       num_verify_tokens=args.speculative_num_draft_tokens).generate
+    decoder_class = SpecDecoder
+    if args.draft_policy == "adaptive":
+        from dflash_plugin.adaptive_decode import AdaptiveSpecDecoder as decoder_class
+    return decoder_class(target, drafter, block_size=args.block_size,
+                         num_verify_tokens=args.speculative_num_draft_tokens).generate
 
 
 def _row(result, **extra) -> dict:

@@ -1,0 +1,104 @@
+"""DFlash on the reference path with load-aware draft lengths: the vLLM plugin's policy
+(draft_policy.DraftPolicy + rate_guard.RateGuard) applied to one request at a time.
+
+Each round the drafter fills its whole block as usual; the policy then picks how many of its
+drafts the target verifies (0 to block-1) from the drafts' top-1 probabilities, calibrated by
+what verification has accepted so far, and from the step costs. Where timed rounds show
+drafting slower than plain decoding, the policy skips the draft pass: the round is a plain
+target step, and the features of the skipped positions wait in `_pending_context` until the
+next draft pass writes them to the drafter's cache (so its context is never stale).
+Which drafts are verified never changes the emitted tokens: verification is the same as
+SpecDecoder's, lossless at any length.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+from torch import nn
+
+from dflash_plugin import kv_cache
+from dflash_plugin.acceptance import Verdict, chain_children, greedy_accept, walk_tree
+from dflash_plugin.draft_policy import CPU_COSTS, CUDA_COSTS, CostModel, DraftPolicy, PolicyMode
+from dflash_plugin.drafter import DFlashDraftModel
+from dflash_plugin.generate import GenerationResult, SpecDecoder
+from dflash_plugin.rate_guard import RateGuard
+from dflash_plugin.sampling import SamplingParams, choose_tokens
+
+
+class AdaptiveSpecDecoder(SpecDecoder):
+    """SpecDecoder whose verify length follows DraftPolicy; `num_verify_tokens` is the cap.
+
+    One decoder keeps its policy across requests, so calibration and step timings carry over
+    from prompt to prompt as they do inside a serving engine.
+    """
+
+    def __init__(self, target: nn.Module, drafter: DFlashDraftModel, block_size: int | None = None,
+                 num_verify_tokens: int | None = None, costs: CostModel | None = None,
+                 rate_guard: RateGuard | None | bool = True):
+        super().__init__(target, drafter, block_size, num_verify_tokens)
+        if costs is None:
+            on_cpu = next(target.parameters()).device.type == "cpu"
+            costs = CPU_COSTS if on_cpu else CUDA_COSTS
+        guard = RateGuard() if rate_guard is True else (rate_guard or None)
+        self.policy = DraftPolicy(PolicyMode.ADAPTIVE, costs, block=self.num_verify_tokens - 1,
+                                  rate_guard=guard)
+        self._pending_context: torch.Tensor | None = None  # fused features not yet drafted on
+        self.clock = time.perf_counter
+
+    def generate(self, input_ids: torch.Tensor, max_new_tokens: int,
+                 sampling: SamplingParams = SamplingParams(), seed: int = 0,
+                 stop_token_ids: set[int] | frozenset = frozenset()) -> GenerationResult:
+        self._pending_context = None  # a new request starts with an empty drafter cache
+        try:
+            return super().generate(input_ids, max_new_tokens, sampling, seed, stop_token_ids)
+        finally:
+            self._pending_context = None
+
+    def speculate(self, bonus: int, start: int, context: torch.Tensor, caches: tuple,
+                  block: int, sampling: SamplingParams, generator: torch.Generator):
+        began = self.clock()
+        if self._pending_context is not None:
+            context = torch.cat([self._pending_context, context], dim=1)
+            self._pending_context = None
+        if self.policy.should_draft(1):
+            verdict, features, drafted = self._draft_and_verify(
+                bonus, start, context, caches, block, sampling, generator)
+            ran_draft_pass = True
+        else:
+            self._pending_context = context
+            verdict, features = self._plain_step(bonus, caches[0], sampling, generator)
+            drafted, ran_draft_pass = 0, False
+        if self.policy.rate_guard is not None:
+            self.policy.rate_guard.record(1, ran_draft_pass, verdict.accept_length,
+                                          self.clock() - began)
+        return verdict, features, drafted
+
+    def _draft_and_verify(self, bonus, start, context, caches, block, sampling, generator):
+        target_cache, draft_cache = caches
+        limit = min(block, self.num_verify_tokens) - 1
+        logits = self.draft_logits(bonus, start, context, draft_cache, block, limit)
+        confidence = torch.softmax(logits.float(), dim=-1).amax(dim=-1)  # [limit]
+        drafts = self.drafter.to_target_ids(logits.argmax(dim=-1))
+        num_drafts = self.policy.choose(1, confidence[None], limit)[0]
+        drafts = drafts[:num_drafts]
+        verify_ids = torch.cat([torch.tensor([bonus]), drafts])[None]
+        out = self.target(verify_ids, past_key_values=target_cache, use_cache=True).logits
+        target_tokens = choose_tokens(out[0], sampling, generator)
+        if sampling.greedy:
+            verdict = greedy_accept(drafts, target_tokens)
+        else:
+            verdict = walk_tree(chain_children(num_drafts, drafts.tolist()), target_tokens)
+        if num_drafts:
+            self.policy.observe([confidence[:num_drafts]], [len(verdict.accepted_tokens)])
+        n = len(verdict.accepted_tokens)
+        features = self.capture.take()[:, : n + 1]
+        kv_cache.truncate(target_cache, start + n + 1)
+        return verdict, features, num_drafts
+
+    def _plain_step(self, bonus, target_cache, sampling, generator):
+        """One target step on the bonus token, as plain decoding does; no draft pass."""
+        out = self.target(torch.tensor([[bonus]]), past_key_values=target_cache, use_cache=True)
+        token = int(choose_tokens(out.logits[0, -1], sampling, generator))
+        return Verdict([], [], token), self.capture.take()[:, :1]
