@@ -18,13 +18,11 @@ import time
 import torch
 from torch import nn
 
-from dflash_plugin import kv_cache
-from dflash_plugin.acceptance import Verdict, chain_children, greedy_accept, walk_tree
 from dflash_plugin.draft_policy import CPU_COSTS, CUDA_COSTS, CostModel, DraftPolicy, PolicyMode
 from dflash_plugin.drafter import DFlashDraftModel
 from dflash_plugin.generate import GenerationResult, SpecDecoder
 from dflash_plugin.rate_guard import RateGuard
-from dflash_plugin.sampling import SamplingParams, choose_tokens
+from dflash_plugin.sampling import SamplingParams
 
 
 class AdaptiveSpecDecoder(SpecDecoder):
@@ -45,6 +43,7 @@ class AdaptiveSpecDecoder(SpecDecoder):
         self.policy = DraftPolicy(PolicyMode.ADAPTIVE, costs, block=self.num_verify_tokens - 1,
                                   rate_guard=guard)
         self._pending_context: torch.Tensor | None = None  # fused features not yet drafted on
+        self._no_drafts = torch.zeros(0, dtype=torch.long)
         self.clock = time.perf_counter
 
     def generate(self, input_ids: torch.Tensor, max_new_tokens: int,
@@ -68,7 +67,8 @@ class AdaptiveSpecDecoder(SpecDecoder):
             ran_draft_pass = True
         else:
             self._pending_context = context
-            verdict, features = self._plain_step(bonus, caches[0], sampling, generator)
+            verdict, features = self.verify_chain(bonus, self._no_drafts, start, caches[0],
+                                                  sampling, generator)  # a plain step
             drafted, ran_draft_pass = 0, False
         if self.policy.rate_guard is not None:
             self.policy.rate_guard.record(1, ran_draft_pass, verdict.accept_length,
@@ -82,23 +82,8 @@ class AdaptiveSpecDecoder(SpecDecoder):
         confidence = torch.softmax(logits.float(), dim=-1).amax(dim=-1)  # [limit]
         drafts = self.drafter.to_target_ids(logits.argmax(dim=-1))
         num_drafts = self.policy.choose(1, confidence[None], limit)[0]
-        drafts = drafts[:num_drafts]
-        verify_ids = torch.cat([torch.tensor([bonus]), drafts])[None]
-        out = self.target(verify_ids, past_key_values=target_cache, use_cache=True).logits
-        target_tokens = choose_tokens(out[0], sampling, generator)
-        if sampling.greedy:
-            verdict = greedy_accept(drafts, target_tokens)
-        else:
-            verdict = walk_tree(chain_children(num_drafts, drafts.tolist()), target_tokens)
+        verdict, features = self.verify_chain(bonus, drafts[:num_drafts], start, target_cache,
+                                              sampling, generator)
         if num_drafts:
             self.policy.observe([confidence[:num_drafts]], [len(verdict.accepted_tokens)])
-        n = len(verdict.accepted_tokens)
-        features = self.capture.take()[:, : n + 1]
-        kv_cache.truncate(target_cache, start + n + 1)
         return verdict, features, num_drafts
-
-    def _plain_step(self, bonus, target_cache, sampling, generator):
-        """One target step on the bonus token, as plain decoding does; no draft pass."""
-        out = self.target(torch.tensor([[bonus]]), past_key_values=target_cache, use_cache=True)
-        token = int(choose_tokens(out.logits[0, -1], sampling, generator))
-        return Verdict([], [], token), self.capture.take()[:, :1]

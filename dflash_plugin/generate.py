@@ -143,17 +143,25 @@ class SpecDecoder:
         target_cache, draft_cache = caches
         num_drafts = min(block, self.num_verify_tokens) - 1
         drafts = self.draft(bonus, start, context, draft_cache, block, num_drafts)
+        verdict, features = self.verify_chain(bonus, drafts, start, target_cache, sampling,
+                                            generator)
+        return verdict, features, num_drafts
+
+    def verify_chain(self, bonus: int, drafts: torch.Tensor, start: int, target_cache,
+               sampling: SamplingParams, generator: torch.Generator):
+        """One target pass over bonus + drafts [K] (K may be 0): (verdict, target features of
+        the committed tokens [bonus + accepted]); the cache keeps exactly those tokens."""
         verify_ids = torch.cat([torch.tensor([bonus]), drafts])[None]
         logits = self.target(verify_ids, past_key_values=target_cache, use_cache=True).logits
         target_tokens = choose_tokens(logits[0], sampling, generator)
         if sampling.greedy:
             verdict = greedy_accept(drafts, target_tokens)
         else:
-            verdict = walk_tree(chain_children(num_drafts, drafts.tolist()), target_tokens)
+            verdict = walk_tree(chain_children(len(drafts), drafts.tolist()), target_tokens)
         n = len(verdict.accepted_tokens)
         features = self.capture.take()[:, : n + 1]
         kv_cache.truncate(target_cache, start + n + 1)
-        return verdict, features, num_drafts
+        return verdict, features
 
     @torch.inference_mode()
     def generate(self, input_ids: torch.Tensor, max_new_tokens: int,
