@@ -29,7 +29,8 @@ class AdaptiveSpecDecoder(SpecDecoder):
     """SpecDecoder whose verify length follows DraftPolicy; `num_verify_tokens` is the cap.
 
     One decoder keeps its policy across requests, so calibration and step timings carry over
-    from prompt to prompt as they do inside a serving engine.
+    from prompt to prompt as they do inside a serving engine. rate_guard: True (a new guard),
+    a RateGuard to share, or None (the cost model alone decides: reproducible verify lengths).
     """
 
     def __init__(self, target: nn.Module, drafter: DFlashDraftModel, block_size: int | None = None,

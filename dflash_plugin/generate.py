@@ -148,7 +148,7 @@ class SpecDecoder:
         return verdict, features, num_drafts
 
     def verify_chain(self, bonus: int, drafts: torch.Tensor, start: int, target_cache,
-               sampling: SamplingParams, generator: torch.Generator):
+                     sampling: SamplingParams, generator: torch.Generator):
         """One target pass over bonus + drafts [K] (K may be 0): (verdict, target features of
         the committed tokens [bonus + accepted]); the cache keeps exactly those tokens."""
         verify_ids = torch.cat([torch.tensor([bonus]), drafts])[None]
