@@ -18,7 +18,14 @@ import time
 import torch
 from torch import nn
 
-from dflash_plugin.draft_policy import CPU_COSTS, CUDA_COSTS, CostModel, DraftPolicy, PolicyMode
+from dflash_plugin.draft_policy import (
+    CPU_COSTS,
+    CUDA_COSTS,
+    CostModel,
+    DraftPolicy,
+    PolicyMode,
+    top1_probability,
+)
 from dflash_plugin.drafter import DFlashDraftModel
 from dflash_plugin.generate import GenerationResult, SpecDecoder
 from dflash_plugin.rate_guard import RateGuard
@@ -80,7 +87,7 @@ class AdaptiveSpecDecoder(SpecDecoder):
         target_cache, draft_cache = caches
         limit = min(block, self.num_verify_tokens) - 1
         logits = self.draft_logits(bonus, start, context, draft_cache, block, limit)
-        confidence = torch.softmax(logits.float(), dim=-1).amax(dim=-1)  # [limit]
+        confidence = top1_probability(logits)  # [limit]
         drafts = self.drafter.to_target_ids(logits.argmax(dim=-1))
         num_drafts = self.policy.choose(1, confidence[None], limit)[0]
         verdict, features = self.verify_chain(bonus, drafts[:num_drafts], start, target_cache,

@@ -92,6 +92,12 @@ def parse_cost_model(text: str, base: CostModel) -> CostModel:
     return replace(base, **changes)
 
 
+def top1_probability(logits: torch.Tensor) -> torch.Tensor:
+    """[rows, V] draft logits -> [rows] probability of each row's argmax token (float32): the
+    confidence the policy reads."""
+    return torch.softmax(logits, dim=-1, dtype=torch.float32).amax(dim=-1)
+
+
 def cumulative_acceptance(accept_probs: torch.Tensor) -> torch.Tensor:
     """[B, K] per-position acceptance chances -> [B, K] chance that drafts 1..k all pass."""
     return torch.cumprod(accept_probs.clamp(0.0, 1.0).to(torch.float64), dim=-1)

@@ -75,11 +75,6 @@ def draft_vocab_from_env() -> bool:
     raise ValueError(f"{DRAFT_VOCAB_ENV}={value!r}: expected auto or full")
 
 
-def top1_probability(logits: torch.Tensor) -> torch.Tensor:
-    """[rows, V] logits -> [rows] probability of the argmax token (float32)."""
-    return torch.softmax(logits, dim=-1, dtype=torch.float32).amax(dim=-1)
-
-
 @dataclass(frozen=True)
 class _StepStart:
     """What the rate guard needs to time the step that a propose call hands drafts to."""

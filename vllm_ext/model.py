@@ -20,7 +20,7 @@ from vllm.config import VllmConfig
 from vllm.model_executor.models.qwen3_dflash import DFlashQwen3ForCausalLM
 from vllm.platforms import current_platform
 
-from dflash_plugin.draft_policy import DraftPolicy
+from dflash_plugin.draft_policy import DraftPolicy, top1_probability
 from dflash_plugin.draft_vocab import read_draft_vocab, reduced_head_logits
 from dflash_plugin.pair_check import DrafterShape, TargetShape, check_pair_shapes
 from vllm_ext.drafting import (
@@ -29,7 +29,6 @@ from vllm_ext.drafting import (
     draft_vocab_from_env,
     policy_mode_from_env,
     rate_guard_from_env,
-    top1_probability,
 )
 from vllm_ext.patches import install_propose_patch
 
