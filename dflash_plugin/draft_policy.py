@@ -27,7 +27,7 @@ from dataclasses import dataclass, fields, replace
 
 import torch
 
-from dflash_plugin.rate_guard import RateGuard
+from dflash_plugin.rate_guard import RateGuard, batch_bucket
 
 
 class PolicyMode(enum.Enum):
@@ -181,7 +181,7 @@ class DraftPolicy:
     def __init__(self, mode: PolicyMode, costs: CostModel, block: int,
                  prior_acceptance: float = 0.7, smoothing: float = 0.1,
                  explore_every: int = 32, rate_guard: RateGuard | None = None,
-                 probe_every: int = 50):
+                 probe_every: int = 50, max_probe_every: int = 800):
         if block < 1:
             raise ValueError(f"draft block must be >= 1, got {block}")
         self.mode = mode
@@ -197,10 +197,14 @@ class DraftPolicy:
         self.steps_without_drafts = 0
         self.step = 0
         # Measured step rates (adaptive mode): where drafting is timed slower than plain
-        # decoding, draft only one step in `probe_every` to keep that measurement current.
+        # decoding, draft only as a probe that keeps that measurement current: after
+        # `probe_every` vetoed steps, then twice as many after each probe that did not lift the
+        # veto, up to `max_probe_every` (a probe under heavy load costs several plain steps).
         self.rate_guard = rate_guard
         self.probe_every = probe_every
-        self.steps_vetoed = 0
+        self.max_probe_every = max(max_probe_every, probe_every)
+        self._vetoed_steps: dict[int, int] = {}  # batch bucket -> vetoed steps since its probe
+        self._probe_gap: dict[int, int] = {}  # batch bucket -> vetoed steps until its next probe
         self._worth_drafting: dict[tuple[int, bool], bool] = {}  # (batch, prior?) -> answer
 
     def _drafts_pay_off(self, batch: int, prior: bool) -> bool:
@@ -222,8 +226,8 @@ class DraftPolicy:
             if guard.needs_plain_sample(batch):
                 return False
             if guard.drafting_loses(batch):
-                self.steps_vetoed += 1
-                return self.steps_vetoed % self.probe_every == 0
+                return self._probe_due(batch_bucket(batch))
+            self._probe_gap.pop(batch_bucket(batch), None)
         if self._drafts_pay_off(batch, prior=False):
             return True
         # The drafter looks unhelpful. Re-check now and then, but only when the load would let
@@ -234,6 +238,16 @@ class DraftPolicy:
         if not self._drafts_pay_off(batch, prior=True):
             return False
         self.steps_without_drafts = 0
+        return True
+
+    def _probe_due(self, bucket: int) -> bool:
+        vetoed = self._vetoed_steps.get(bucket, 0) + 1
+        gap = self._probe_gap.get(bucket, self.probe_every)
+        if vetoed < gap:
+            self._vetoed_steps[bucket] = vetoed
+            return False
+        self._vetoed_steps[bucket] = 0
+        self._probe_gap[bucket] = min(2 * gap, self.max_probe_every)
         return True
 
     def choose(self, batch: int, confidence: torch.Tensor | None, limit: int) -> list[int]:

@@ -83,6 +83,15 @@ class RateGuard:
             return False
         return drafted.rate < self.margin * plain.rate
 
+    def speedups_by_bucket(self) -> dict[int, float]:
+        """{bucket: measured drafted/plain rate ratio} where both arms have samples."""
+        ratios = {}
+        for bucket in sorted({b for b, _ in self._arms}):
+            ratio = self.speedup(1 << (bucket - 1))
+            if ratio is not None:
+                ratios[bucket] = ratio
+        return ratios
+
     def speedup(self, batch: int) -> float | None:
         """Measured drafted/plain rate ratio in this batch's bucket (None until both known)."""
         plain, drafted = self.arm(batch, False), self.arm(batch, True)

@@ -9,8 +9,10 @@ import torch
 
 from dflash_plugin.draft_vocab import (
     DRAFT_VOCAB_FILE,
+    draft_vocab_logits,
     read_draft_vocab,
     reduced_head_logits,
+    to_full_vocabulary,
     write_draft_vocab,
 )
 from dflash_plugin.errors import CheckpointError, MismatchError
@@ -53,3 +55,9 @@ def test_reduced_logits_are_the_full_heads_rows_and_minus_inf_elsewhere():
     outside[ids] = False
     assert torch.isneginf(logits[:, outside]).all()
     assert torch.equal(logits.argmax(-1), full.masked_fill(outside, float("-inf")).argmax(-1))
+    # The draft-vocabulary logits alone give the same probabilities and the same greedy token.
+    small = draft_vocab_logits(hidden, head[ids].to(torch.bfloat16))
+    assert small.dtype == torch.float32 and small.shape == (3, 5)
+    torch.testing.assert_close(torch.softmax(small, -1),
+                               torch.softmax(to_full_vocabulary(small, ids, 50), -1)[:, ids])
+    assert torch.equal(ids[small.argmax(-1)], to_full_vocabulary(small, ids, 50).argmax(-1))

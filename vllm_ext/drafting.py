@@ -12,6 +12,9 @@ Environment (read in the worker when the drafter is built):
                         choice to the cost model alone (reproducible, for tests and profiling)
   DFLASH_DRAFT_VOCAB  = auto (default) | full: with "auto", a drafter folder that carries its
                         training vocabulary (draft_vocab.json) drafts over those LM-head rows only
+  DFLASH_STATS_EVERY  = N (default 2000): log what the policy did over the last N steps (draft
+                        passes, passes that handed out no draft, drafts verified and accepted,
+                        the rate guard's measured speedups); 0 turns the log off
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ POLICY_ENV = "DFLASH_DRAFT_POLICY"
 COST_MODEL_ENV = "DFLASH_COST_MODEL"
 RATE_GUARD_ENV = "DFLASH_RATE_GUARD"
 DRAFT_VOCAB_ENV = "DFLASH_DRAFT_VOCAB"
+STATS_EVERY_ENV = "DFLASH_STATS_EVERY"
 
 
 def policy_mode_from_env() -> PolicyMode:
@@ -75,6 +79,38 @@ def draft_vocab_from_env() -> bool:
     raise ValueError(f"{DRAFT_VOCAB_ENV}={value!r}: expected auto or full")
 
 
+def stats_every_from_env() -> int:
+    value = os.environ.get(STATS_EVERY_ENV, "2000").strip()
+    try:
+        every = int(value)
+    except ValueError:
+        every = -1
+    if every < 0:
+        raise ValueError(f"{STATS_EVERY_ENV}={value!r}: expected a whole number >= 0")
+    return every
+
+
+@dataclass
+class StepCounts:
+    """What the policy did over a window of steps (logged, then reset)."""
+
+    steps: int = 0
+    draft_passes: int = 0
+    empty_passes: int = 0  # the draft pass ran but no request got a draft verified
+    drafts_handed_out: int = 0
+    drafts_accepted: int = 0
+
+    def summary(self, guard: RateGuard | None) -> str:
+        text = (f"{self.steps} steps: {self.draft_passes} draft passes ({self.empty_passes} "
+                f"handed out nothing), {self.drafts_handed_out} drafts verified, "
+                f"{self.drafts_accepted} accepted")
+        if guard is not None:
+            ratios = {f"batch<{2 ** bucket}": round(ratio, 2)
+                      for bucket, ratio in sorted(guard.speedups_by_bucket().items())}
+            text += f"; rate guard drafted/plain speed {ratios or 'not measured yet'}"
+        return text
+
+
 @dataclass(frozen=True)
 class _StepStart:
     """What the rate guard needs to time the step that a propose call hands drafts to."""
@@ -89,8 +125,10 @@ class Drafting:
     """Per-drafter state between steps: the policy, the confidences of the last draft pass, and
     the drafts handed to the scheduler (to learn from their verification next step)."""
 
-    def __init__(self, policy: DraftPolicy):
+    def __init__(self, policy: DraftPolicy, stats_every: int = 0):
         self.policy = policy
+        self.stats_every = stats_every  # log StepCounts every this many steps (0: never)
+        self.counts = StepCounts()
         self.confidence: torch.Tensor | None = None  # [rows] from the last compute_logits
         # (bonus token, *drafts) of each request drafted last step -> the drafts' confidences.
         # Rows move between steps; the verified tokens themselves identify the request.
@@ -122,6 +160,10 @@ class Drafting:
         drafts it verified); num_rejected [B]: how many of those drafts were rejected.
         """
         self._step_started = self.clock()
+        self._learn(target_token_ids, query_start_loc_cpu, num_rejected)
+        self._count_step()
+
+    def _learn(self, target_token_ids, query_start_loc_cpu, num_rejected):
         starts = query_start_loc_cpu.tolist()
         rejected = num_rejected.tolist() if num_rejected is not None else None
         self._time_last_step(starts, rejected)
@@ -138,6 +180,13 @@ class Drafting:
                 accepted.append(len(key) - 1 - num_rej)
         if confidences:
             self.policy.observe(confidences, accepted)
+            self.counts.drafts_accepted += sum(accepted)
+
+    def _count_step(self):
+        self.counts.steps += 1
+        if self.stats_every and self.counts.steps >= self.stats_every:
+            logger.info("dflash plugin: %s", self.counts.summary(self.policy.rate_guard))
+            self.counts = StepCounts()
 
     def _time_last_step(self, starts: list[int], rejected: list[int] | None):
         """Give the rate guard the last step's emitted tokens per second, if that step was a
@@ -174,6 +223,9 @@ class Drafting:
             if length and confidence is not None:
                 self._pending[(bonus[i], *row[:length])] = confidence[i, :length]
         self._step_handed_out(batch, sum(lengths), drafted=True)
+        self.counts.draft_passes += 1
+        self.counts.empty_passes += not any(lengths)
+        self.counts.drafts_handed_out += sum(lengths)
         return selected
 
     def skipped(self, batch: int):

@@ -6,9 +6,11 @@ drafting math on vLLM's paged KV cache and attention backends) plus three things
   does not fit the target fails at start-up with a message naming the mismatch;
 - it carries the load-aware drafting state (`dflash_drafting`) and installs the proposer hook
   that applies it (vllm_ext.patches);
-- `compute_logits` records each draft position's top-1 probability for that policy, and, when
-  the checkpoint carries its training vocabulary (`draft_vocab.json`), multiplies by only those
-  rows of the shared LM head (dflash_plugin.draft_vocab: the costliest part of a CPU draft pass).
+- `compute_logits` / `get_top_tokens` record each draft position's top-1 probability for that
+  policy, and, when the checkpoint carries its training vocabulary (`draft_vocab.json`),
+  multiply by only those rows of the shared LM head (dflash_plugin.draft_vocab); greedy drafts
+  then never build full-vocabulary logits (on a CPU, a softmax and an argmax over 49K bf16
+  columns cost more than the drafter's layers).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from vllm.model_executor.models.qwen3_dflash import DFlashQwen3ForCausalLM
 from vllm.platforms import current_platform
 
 from dflash_plugin.draft_policy import DraftPolicy, top1_probability
-from dflash_plugin.draft_vocab import read_draft_vocab, reduced_head_logits
+from dflash_plugin.draft_vocab import draft_vocab_logits, read_draft_vocab, to_full_vocabulary
 from dflash_plugin.pair_check import DrafterShape, TargetShape, check_pair_shapes
 from vllm_ext.drafting import (
     Drafting,
@@ -29,6 +31,7 @@ from vllm_ext.drafting import (
     draft_vocab_from_env,
     policy_mode_from_env,
     rate_guard_from_env,
+    stats_every_from_env,
 )
 from vllm_ext.patches import install_propose_patch
 
@@ -71,7 +74,7 @@ class DFlashVllmDrafter(DFlashQwen3ForCausalLM):
         policy = DraftPolicy(policy_mode_from_env(),
                              cost_model_from_env(current_platform.is_cpu()),
                              block=spec.num_speculative_tokens, rate_guard=rate_guard_from_env())
-        self.dflash_drafting = Drafting(policy)
+        self.dflash_drafting = Drafting(policy, stats_every_from_env())
         if not install_propose_patch():
             self.dflash_drafting = None
         self.dflash_draft_ids = None  # sorted target ids (CPU) the draft head is restricted to
@@ -109,12 +112,30 @@ class DFlashVllmDrafter(DFlashQwen3ForCausalLM):
         return None if rows is None else (rows, on_device)
 
     def compute_logits(self, hidden_states: torch.Tensor) -> torch.Tensor | None:
+        """Full-vocabulary draft logits (vLLM samples from them when drafting at T > 0)."""
         draft_head = self._draft_head_rows()
-        if draft_head is not None:
-            logits = reduced_head_logits(hidden_states, *draft_head, self.config.vocab_size)
-        else:
+        if draft_head is None:
             logits = super().compute_logits(hidden_states)
+            self._record_confidence(logits)
+            return logits
+        rows, ids = draft_head
+        small = draft_vocab_logits(hidden_states, rows)
+        self._record_confidence(small)  # the same probabilities: -inf rows add nothing
+        return to_full_vocabulary(small, ids, self.config.vocab_size)
+
+    def get_top_tokens(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        """Greedy drafts [rows] (target ids). vLLM calls this instead of compute_logits + argmax
+        when use_local_argmax_reduction is on, which the plugin's proposer hook turns on for its
+        drafters: with a draft vocabulary, no full-vocabulary logits are built at all."""
+        draft_head = self._draft_head_rows()
+        if draft_head is None:
+            return self.compute_logits(hidden_states).argmax(dim=-1)
+        rows, ids = draft_head
+        small = draft_vocab_logits(hidden_states, rows)
+        self._record_confidence(small)
+        return ids[small.argmax(dim=-1)]
+
+    def _record_confidence(self, logits: torch.Tensor | None):
         drafting = self.dflash_drafting
         if logits is not None and drafting is not None and drafting.wants_confidence:
             drafting.confidence = top1_probability(logits)
-        return logits

@@ -17,6 +17,10 @@ P1  Target:  vllm.v1.spec_decode.dflash.DFlashProposer.propose  (V1 model runner
              schedules fewer tokens to verify. When no request is to get drafts, only the
              context K/V of the new target tokens is stored (set_inputs_first_pass +
              build_model_inputs_first_pass), so later drafts never read stale cache slots.
+             It also turns on the proposer's `use_local_argmax_reduction` for these drafters, so
+             greedy drafts come from the drafter's `get_top_tokens` (vllm_ext.model): with a
+             draft vocabulary no full-vocabulary logits are built (skipped, with a log line, if
+             the proposer has no such attribute or the config verifies adaptively from logits).
     Guard:   vLLM release series in vllm_ext.plugin.TESTED_VLLM (or the skip-version-check
              override); DFlashProposer has propose / set_inputs_first_pass /
              build_model_inputs_first_pass with the parameters used here. Otherwise nothing is
@@ -105,6 +109,7 @@ def install_propose_patch() -> bool:
             _store_context_only(self, target_token_ids, target_positions, target_hidden_states,
                                 next_token_ids, cad, num_rejected_tokens_gpu)
             return [[] for _ in range(batch)]
+        _prefer_drafter_top_tokens(self)
         with drafting.collecting_confidence():
             drafts = original(self, *args)
         return drafting.select(drafts, next_token_ids)
@@ -113,6 +118,23 @@ def install_propose_patch() -> bool:
     DFlashProposer.propose = propose
     logger.info("dflash plugin: patched DFlashProposer.propose (load-aware drafting)")
     return True
+
+
+def _prefer_drafter_top_tokens(proposer):
+    """Greedy drafts through the drafter's get_top_tokens (once per proposer)."""
+    if getattr(proposer, "_dflash_top_tokens_checked", False):
+        return
+    proposer._dflash_top_tokens_checked = True
+    spec = proposer.vllm_config.speculative_config
+    if not hasattr(proposer, "use_local_argmax_reduction"):
+        logger.warning("dflash plugin: this vLLM's proposer has no use_local_argmax_reduction; "
+                       "greedy drafts go through full-vocabulary logits")
+    elif getattr(spec, "enable_adaptive_verification", False) \
+            or getattr(proposer, "use_heterogeneous_vocab", False):
+        logger.info("dflash plugin: drafts through full-vocabulary logits (the speculative "
+                    "config needs them)")
+    elif hasattr(proposer.model, "get_top_tokens"):
+        proposer.use_local_argmax_reduction = True
 
 
 def _drafting_of(proposer):

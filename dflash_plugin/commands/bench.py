@@ -1,8 +1,10 @@
 """Benchmark speculative decoding through the OpenAI API, side by side on the same prompts:
 no speculation (none), vLLM's n-gram prompt lookup (ngram), vLLM's native DFlash with this
 project's plugin switched off (dflash-native: VLLM_PLUGINS without "dflash"), and DFlash with the
-plugin (dflash). Each configuration gets one vLLM server on 127.0.0.1, a sweep over concurrency
-levels, and is stopped before the next starts.
+plugin (dflash). Each configuration gets one vLLM server on 127.0.0.1. By default all servers are
+up at once (an idle server uses no CPU) and, at each concurrency level, their runs alternate, so
+that a machine whose speed drifts (shared hosts, thermal limits) slows every configuration alike;
+`--sequential` runs one server at a time instead (a quarter of the memory).
 
 Writes a JSON list of rows (algorithm, concurrency, output_tokens_per_s, tpot_ms, ttft_ms,
 accept_length, speedup, ...) to --output, plots <stem>_throughput.png and <stem>_speedup.png
@@ -16,7 +18,8 @@ import asyncio
 import os
 import signal
 import sys
-from dataclasses import replace
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, replace
 from importlib.metadata import entry_points
 from pathlib import Path
 
@@ -38,6 +41,13 @@ def add_arguments(p):
     p.add_argument("--num-prompts", type=int, default=None,
                    help="requests per concurrency level (default: all prompts, at least the "
                         "concurrency; prompts repeat when needed)")
+    p.add_argument("--repeats", type=int, default=1,
+                   help="runs per concurrency level against the same server, pooled into one row "
+                        "(total tokens over total time; each run's tokens/s is kept too): on a "
+                        "shared or small machine one short run can be off by several percent")
+    p.add_argument("--sequential", action="store_true",
+                   help="one server at a time, each sweeping every level (less memory; runs of "
+                        "different configurations then happen minutes apart)")
     p.add_argument("--max-tokens", type=int, default=128)
     p.add_argument("--temperature", type=float, default=0.0)
     p.add_argument("--ignore-eos", action="store_true",
@@ -80,6 +90,8 @@ def _check(args) -> tuple[list[str], list[int]]:
         raise DFlashError(f"--max-tokens must be >= 1, got {args.max_tokens}")
     if args.temperature < 0:
         raise DFlashError(f"--temperature must be >= 0, got {args.temperature}")
+    if args.repeats < 1:
+        raise DFlashError(f"--repeats must be >= 1, got {args.repeats}")
     if args.num_prompts is not None and args.num_prompts < 1:
         raise DFlashError(f"--num-prompts must be >= 1, got {args.num_prompts}")
     return list(dict.fromkeys(algorithms)), sorted(set(levels))
@@ -107,16 +119,11 @@ def run(args) -> int:
         if SPEC_ALGORITHM[algorithm] != "DFLASH":  # the drafter settings are for the DFlash rows
             opts = replace(opts, speculative_draft_model_path=None, speculative_num_draft_tokens=None)
         resolved[algorithm] = flags.resolve(opts)
-    rows: list[dict] = []
-    broken = []
     try:
-        for algorithm in algorithms:
-            try:
-                rows += _run_server(algorithm, resolved[algorithm], prompts, levels, args, output)
-            except (ServerExited, TimeoutError) as err:  # the other configurations still run
-                broken.append(algorithm)
-                print(f"[bench] {algorithm}: server failed, no rows: {err}", file=sys.stderr)
-            bench.write_json(bench.add_speedups(rows), output)
+        if args.sequential:
+            rows, broken = _run_sequential(algorithms, resolved, prompts, levels, args, output)
+        else:
+            rows, broken = _run_interleaved(algorithms, resolved, prompts, levels, args, output)
     except KeyboardInterrupt:
         print(f"[bench] interrupted; finished rows are in {output}", file=sys.stderr)
         return 130
@@ -130,8 +137,53 @@ def run(args) -> int:
     return 0 if not broken and all(r["failed"] == 0 for r in rows) else 1
 
 
-def _run_server(algorithm, opts, prompts, levels, args, output: Path) -> list[dict]:
-    """Start one server configuration, sweep the concurrency levels against it, stop it."""
+def _run_sequential(algorithms, resolved, prompts, levels, args, output: Path):
+    rows: list[dict] = []
+    broken = []
+    for algorithm in algorithms:
+        try:
+            with _started(algorithm, resolved[algorithm], args, output) as (server, model):
+                _warm_up(server.base_url, model, prompts, args)
+                for concurrency in levels:
+                    sample = _measure(server.base_url, model, prompts, concurrency, args,
+                                      args.repeats)
+                    rows.append(_row(algorithm, concurrency, [sample]))
+        except (ServerExited, TimeoutError) as err:  # the other configurations still run
+            broken.append(algorithm)
+            print(f"[bench] {algorithm}: server failed, no rows: {err}", file=sys.stderr)
+        bench.write_json(bench.add_speedups(rows), output)
+    return rows, broken
+
+
+def _run_interleaved(algorithms, resolved, prompts, levels, args, output: Path):
+    """Every server up at once; at each level, one run per configuration in turn, repeated."""
+    rows: list[dict] = []
+    broken = []
+    with ExitStack() as stack:
+        servers = {}
+        for algorithm in algorithms:
+            try:
+                servers[algorithm] = stack.enter_context(
+                    _started(algorithm, resolved[algorithm], args, output))
+            except (ServerExited, TimeoutError) as err:
+                broken.append(algorithm)
+                print(f"[bench] {algorithm}: server failed, no rows: {err}", file=sys.stderr)
+        for server, model in servers.values():
+            _warm_up(server.base_url, model, prompts, args)
+        for concurrency in levels:
+            samples = {algorithm: [] for algorithm in servers}
+            for _ in range(args.repeats):
+                for algorithm, (server, model) in servers.items():
+                    samples[algorithm].append(_measure(server.base_url, model, prompts,
+                                                       concurrency, args, 1))
+            rows += [_row(algorithm, concurrency, runs) for algorithm, runs in samples.items()]
+            bench.write_json(bench.add_speedups(rows), output)
+    return rows, broken
+
+
+@contextmanager
+def _started(algorithm, opts, args, output: Path):
+    """One server configuration, ready; stopped on exit."""
     launch = flags.vllm_launch(replace(opts, port=free_port()))
     launch.env.update(plugin_env(algorithm))
     log = output.with_name(f"{output.stem}.{algorithm}.log")
@@ -140,28 +192,55 @@ def _run_server(algorithm, opts, prompts, levels, args, output: Path) -> list[di
     try:
         ready_s = server.wait_ready(args.server_timeout)
         print(f"[bench] {algorithm}: ready after {ready_s:.0f} s", file=sys.stderr, flush=True)
-        return _sweep(server.base_url, launch.model_name, algorithm, prompts, levels, args)
+        yield server, launch.model_name
     finally:
         server.stop()
 
 
-def _sweep(base_url, model, algorithm, prompts, levels, args) -> list[dict]:
-    kwargs = dict(max_tokens=args.max_tokens, temperature=args.temperature,
-                  ignore_eos=args.ignore_eos, request_timeout=args.request_timeout)
-    # Warm-up (not measured): the first requests after start-up pay one-off costs.
-    asyncio.run(bench.run_point(base_url, model, prompts[:2], 2, **{**kwargs, "max_tokens": 16}))
-    rows = []
-    for concurrency in levels:
-        count = args.num_prompts or max(len(prompts), concurrency)
-        before = bench.scrape_counters(base_url)
-        results, wall = asyncio.run(bench.run_point(base_url, model, _prompts_for(prompts, count),
-                                                    concurrency, **kwargs))
-        after = bench.scrape_counters(base_url)
-        spec = algorithm != "none"
-        row = bench.summarize(algorithm, concurrency, results, wall,
-                              before if spec else None, after if spec else None)
-        rows.append(row)
-        print(f"[bench] {algorithm} c={concurrency}: {row['output_tokens_per_s']} tok/s, "
-              f"TPOT {row['tpot_ms']} ms, TTFT {row['ttft_ms']} ms, tau {row['accept_length']}, "
-              f"failed {row['failed']}", file=sys.stderr, flush=True)
-    return rows
+def _warm_up(base_url, model, prompts, args):
+    """Not measured: the first requests after start-up pay one-off costs."""
+    asyncio.run(bench.run_point(base_url, model, prompts[:2], 2, max_tokens=16,
+                                temperature=args.temperature, ignore_eos=args.ignore_eos,
+                                request_timeout=args.request_timeout))
+
+
+@dataclass
+class _Sample:
+    """Runs of one configuration at one level: request results, wall times, counter deltas."""
+
+    results: list
+    walls: list[float]
+    counted: dict[str, float]
+
+
+def _measure(base_url, model, prompts, concurrency, args, repeats) -> _Sample:
+    count = args.num_prompts or max(len(prompts), concurrency)
+    before = bench.scrape_counters(base_url)
+    results, walls = [], []
+    for _ in range(repeats):
+        run_results, wall = asyncio.run(bench.run_point(
+            base_url, model, _prompts_for(prompts, count), concurrency,
+            max_tokens=args.max_tokens, temperature=args.temperature,
+            ignore_eos=args.ignore_eos, request_timeout=args.request_timeout))
+        results += run_results
+        walls.append(wall)
+    after = bench.scrape_counters(base_url)
+    return _Sample(results, walls, {name: after[name] - before[name] for name in after})
+
+
+def _row(algorithm: str, concurrency: int, samples: list[_Sample]) -> dict:
+    """One result row: every run of the configuration at this level, pooled."""
+    results = [r for s in samples for r in s.results]
+    walls = [w for s in samples for w in s.walls]
+    counted = None
+    if algorithm != "none":
+        counted = {name: sum(s.counted[name] for s in samples) for name in bench.SPEC_COUNTERS}
+    row = bench.summarize(algorithm, concurrency, results, sum(walls),
+                          dict.fromkeys(bench.SPEC_COUNTERS, 0.0) if counted else None, counted)
+    if len(walls) > 1:
+        row["repeats"] = len(walls)
+        row["output_tokens_per_s_runs"] = bench.per_run_rates(results, walls)
+    print(f"[bench] {algorithm} c={concurrency}: {row['output_tokens_per_s']} tok/s, "
+          f"TPOT {row['tpot_ms']} ms, TTFT {row['ttft_ms']} ms, tau {row['accept_length']}, "
+          f"failed {row['failed']}", file=sys.stderr, flush=True)
+    return row

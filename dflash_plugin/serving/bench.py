@@ -172,6 +172,16 @@ def summarize(algorithm: str, concurrency: int, results: list[RequestResult], wa
     return row
 
 
+def per_run_rates(results: list[RequestResult], walls: list[float]) -> list[float]:
+    """Output tokens/s of each of len(walls) equal-sized runs whose results were concatenated."""
+    size = len(results) // len(walls)
+    rates = []
+    for i, wall in enumerate(walls):
+        tokens = sum(r.output_tokens for r in results[i * size:(i + 1) * size] if r.ok)
+        rates.append(round(tokens / wall, 2) if wall > 0 else None)
+    return rates
+
+
 def add_speedups(rows: list[dict]) -> list[dict]:
     """speedup = output tokens/s over the no-speculation row at the same concurrency."""
     base = {r["concurrency"]: r["output_tokens_per_s"] for r in rows if r["algorithm"] == "none"}

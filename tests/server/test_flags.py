@@ -236,6 +236,15 @@ def test_summary_rows_speedups_and_plots(tmp_path):
     assert "dflash" in bench.format_table(rows)
 
 
+def test_repeated_runs_keep_each_runs_rate():
+    R = bench.RequestResult
+    results = [R(True, 1.0, 0.1, 30), R(True, 1.0, 0.1, 10),  # run 1: 40 tokens in 2 s
+               R(True, 1.0, 0.1, 30), R(False, 0.5, error="boom")]  # run 2: 30 tokens in 3 s
+    assert bench.per_run_rates(results, [2.0, 3.0]) == [20.0, 10.0]
+    pooled = bench.summarize("none", 2, results, 5.0)
+    assert pooled["output_tokens_per_s"] == 14.0 and pooled["failed"] == 1
+
+
 def test_builtin_bench_prompts():
     prompts = bench.read_prompts(None)
     assert len(prompts) >= 32 and len(set(prompts)) == len(prompts)
@@ -255,6 +264,7 @@ def test_bench_plugin_switch(monkeypatch):
     (["--concurrency", "1,x"], "comma list of integers"),
     (["--concurrency", "0"], ">= 1"),
     (["--max-tokens", "0"], "--max-tokens must be >= 1"),
+    (["--repeats", "0"], "--repeats must be >= 1"),
 ])
 def test_bench_bad_arguments(argv, message, capsys):
     code, err = main_in_process(capsys, "bench", *argv)

@@ -84,3 +84,39 @@ def test_draft_vocabulary_switch_from_the_environment(monkeypatch):
     monkeypatch.setenv(DRAFT_VOCAB_ENV, "tiny")
     with pytest.raises(ValueError, match="DFLASH_DRAFT_VOCAB='tiny'"):
         draft_vocab_from_env()
+
+
+def test_step_counts_are_logged_every_n_steps(caplog):
+    drafting, guard = make_drafting()
+    drafting.stats_every = 3
+    step(drafting, [1, 1])
+    drafting.skipped(2)
+    drafting.clock.now = 0.1
+    step(drafting, [1, 1], rejected=[0, 0])
+    drafting.confidence = torch.full((2 * BLOCK,), 0.99)  # a confident drafter
+    selected = drafting.select(torch.tensor([[5, 6, 7, 8], [5, 6, 7, 8]]), torch.tensor([1, 2]))
+    assert selected == [[5, 6, 7, 8]] * 2
+    counts = drafting.counts
+    assert (counts.steps, counts.draft_passes, counts.empty_passes) == (2, 1, 0)
+    assert counts.drafts_handed_out == 8
+    drafting.clock.now = 0.3
+    with caplog.at_level("INFO", logger="vllm.vllm_ext.drafting"):
+        # third step (verifying what was handed out): logged, then a new window
+        drafting.learn(torch.tensor([1, 5, 6, 7, 8, 2, 5, 6, 7, 8]), torch.tensor([0, 5, 10]),
+                       torch.tensor([1, 3]))
+    assert "3 steps: 1 draft passes (0 handed out nothing), 8 drafts verified, 4 accepted" \
+        in caplog.text
+    assert "batch<4': 1.5" in caplog.text  # drafted 30 tok/s vs plain 20 tok/s
+    assert drafting.counts.steps == 0
+
+
+def test_stats_interval_from_the_environment(monkeypatch):
+    from vllm_ext.drafting import STATS_EVERY_ENV, stats_every_from_env
+
+    monkeypatch.delenv(STATS_EVERY_ENV, raising=False)
+    assert stats_every_from_env() == 2000
+    monkeypatch.setenv(STATS_EVERY_ENV, "0")
+    assert stats_every_from_env() == 0
+    monkeypatch.setenv(STATS_EVERY_ENV, "-5")
+    with pytest.raises(ValueError, match="DFLASH_STATS_EVERY='-5'"):
+        stats_every_from_env()

@@ -166,11 +166,17 @@ def worker_calls():
             outside[ids] = False
         return dict(num_ids=None if ids is None else ids.numel(),
                     vocab=logits.shape[-1],
+                    top_tokens_match=bool(torch.equal(model.get_top_tokens(hidden),
+                                                      logits.argmax(-1))),
                     outside_is_minus_inf=bool(torch.isneginf(logits[:, outside]).all()),
                     argmax_matches=bool(torch.equal(
                         logits.argmax(-1), full.masked_fill(outside, float("-inf")).argmax(-1))))
 
+    def drafts_via_top_tokens(worker):
+        return worker.model_runner.drafter.use_local_argmax_reduction
+
     return dict(drafter_class=drafter_class, set_policy=set_policy, timed_steps=timed_steps,
+                drafts_via_top_tokens=drafts_via_top_tokens,
                 record_drafts=record_drafts, draft_log=draft_log, drafts_seen=drafts_seen,
                 draft_head_check=draft_head_check)
 
@@ -203,11 +209,13 @@ def runs(target_path, random_drafter):
             results[f"{mode}_single"] = token_ids(generate(llm, SINGLE_PROMPTS,
                                                            one_at_a_time=True))
         results["adaptive_timed_steps"] = llm.collective_rpc(calls["timed_steps"])[0]
+        results["plugin_top_tokens"] = llm.collective_rpc(calls["drafts_via_top_tokens"])[0]
     with environment(VLLM_PLUGINS="", VLLM_ALLOW_INSECURE_SERIALIZATION="1"), \
             engine(target_path, drafter) as llm:
         results["native_class"] = llm.collective_rpc(calls["drafter_class"])[0]
         outputs, results["native_counts"] = counted(llm, lambda: generate(llm, PROMPTS))
         results["native_batch"] = token_ids(outputs)
+        results["native_top_tokens"] = llm.collective_rpc(calls["drafts_via_top_tokens"])[0]
 
     # A random drafter (every draft rejected): the adaptive policy must stop verifying its
     # drafts, and draft passes skipped by the policy must still store the context K/V.
@@ -238,6 +246,9 @@ def test_the_draft_head_uses_the_checkpoints_training_vocabulary(runs):
     head = runs["draft_head"]
     assert head["num_ids"] == ids.numel() < head["vocab"] == 49152
     assert head["outside_is_minus_inf"] and head["argmax_matches"]
+    # Greedy drafts skip the full-vocabulary logits (get_top_tokens), with the same tokens.
+    assert head["top_tokens_match"]
+    assert runs["plugin_top_tokens"] and not runs["native_top_tokens"]
 
 
 @pytest.mark.parametrize("mode", ["stagger", "adaptive", "full", "off"])
