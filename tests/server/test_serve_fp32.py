@@ -170,21 +170,25 @@ def test_unknown_model_name_is_404(client):
                                        messages=[{"role": "user", "content": "Hi"}])
 
 
-def test_bench_sweep_against_the_server(server):
+def test_bench_measurement_against_the_server(server):
     """`dflash bench`'s client and /metrics bookkeeping on this live server (its full run starts
-    one server per algorithm, too slow for this suite)."""
+    one server per algorithm, too slow for this suite), with two runs pooled per level."""
     from types import SimpleNamespace
 
-    from dflash_plugin.commands.bench import _sweep
+    from dflash_plugin.commands.bench import _measure, _row
 
     args = SimpleNamespace(max_tokens=12, temperature=0.0, ignore_eos=True, request_timeout=300,
                            num_prompts=4)
-    rows = _sweep(server.base_url, MODEL, "dflash", PROMPTS, [1, 4], args)
+    rows = [_row("dflash", level, [_measure(server.base_url, MODEL, PROMPTS, level, args, 2)])
+            for level in (1, 4)]
     assert [r["concurrency"] for r in rows] == [1, 4]
     for row in rows:
-        assert row["failed"] == 0 and row["output_tokens"] == 4 * 12
+        assert row["failed"] == 0 and row["output_tokens"] == 2 * 4 * 12
         assert row["output_tokens_per_s"] > 0 and row["ttft_ms"] > 0 and row["tpot_ms"] > 0
         assert row["num_drafts"] > 0 and 1.0 <= row["accept_length"] <= 16
+        assert row["repeats"] == 2 and len(row["output_tokens_per_s_runs"]) == 2
+        assert min(row["output_tokens_per_s_runs"]) <= row["output_tokens_per_s"] \
+            <= max(row["output_tokens_per_s_runs"])
 
 
 def test_ready_message_says_how_to_query(server):
