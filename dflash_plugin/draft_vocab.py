@@ -62,19 +62,13 @@ def draft_vocab_logits(hidden: torch.Tensor, head_rows: torch.Tensor) -> torch.T
     return torch.nn.functional.linear(hidden.to(head_rows.dtype), head_rows).float()
 
 
-def reduced_head_logits(hidden: torch.Tensor, head_rows: torch.Tensor, target_ids: torch.Tensor,
-                        vocab_size: int) -> torch.Tensor:
-    """Full-vocabulary logits [rows, vocab_size] computed from the draft vocabulary's LM-head
-    rows only; every other token gets -inf, so argmax and sampling stay over target ids."""
-    return to_full_vocabulary(draft_vocab_logits(hidden, head_rows), target_ids, vocab_size)
-
-
-def to_full_vocabulary(small: torch.Tensor, target_ids: torch.Tensor, vocab_size: int,
-                       dtype: torch.dtype | None = None) -> torch.Tensor:
-    """Draft-vocabulary logits placed at their target ids; -inf everywhere else."""
-    dtype = dtype or small.dtype
-    full = small.new_full((small.shape[0], vocab_size), float("-inf"), dtype=dtype)
-    full[:, target_ids] = small.to(dtype)
+def to_full_vocabulary(small: torch.Tensor, target_ids: torch.Tensor,
+                       vocab_size: int) -> torch.Tensor:
+    """Draft-vocabulary logits [rows, draft vocabulary] placed at their target ids in
+    [rows, vocab_size]; every other token gets -inf, so argmax and sampling stay over target
+    ids."""
+    full = small.new_full((small.shape[0], vocab_size), float("-inf"))
+    full[:, target_ids] = small
     return full
 
 

@@ -85,16 +85,16 @@ class RateGuard:
 
     def speedups_by_bucket(self) -> dict[int, float]:
         """{bucket: measured drafted/plain rate ratio} where both arms have samples."""
-        ratios = {}
-        for bucket in sorted({b for b, _ in self._arms}):
-            ratio = self.speedup(1 << (bucket - 1))
-            if ratio is not None:
-                ratios[bucket] = ratio
-        return ratios
+        ratios = {bucket: self._ratio(bucket) for bucket in sorted({b for b, _ in self._arms})}
+        return {bucket: ratio for bucket, ratio in ratios.items() if ratio is not None}
 
     def speedup(self, batch: int) -> float | None:
         """Measured drafted/plain rate ratio in this batch's bucket (None until both known)."""
-        plain, drafted = self.arm(batch, False), self.arm(batch, True)
-        if not plain.samples or not drafted.samples or plain.rate <= 0:
+        return self._ratio(batch_bucket(batch))
+
+    def _ratio(self, bucket: int) -> float | None:
+        plain, drafted = self._arms.get((bucket, False)), self._arms.get((bucket, True))
+        if plain is None or drafted is None or not plain.samples or not drafted.samples \
+                or plain.rate <= 0:
             return None
         return drafted.rate / plain.rate

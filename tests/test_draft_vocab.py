@@ -11,7 +11,6 @@ from dflash_plugin.draft_vocab import (
     DRAFT_VOCAB_FILE,
     draft_vocab_logits,
     read_draft_vocab,
-    reduced_head_logits,
     to_full_vocabulary,
     write_draft_vocab,
 )
@@ -47,7 +46,7 @@ def test_reduced_logits_are_the_full_heads_rows_and_minus_inf_elsewhere():
     head = torch.randn(50, 8)
     ids = torch.tensor([1, 4, 9, 30, 49])
     hidden = torch.randn(3, 8)
-    logits = reduced_head_logits(hidden, head[ids], ids, 50)
+    logits = to_full_vocabulary(draft_vocab_logits(hidden, head[ids]), ids, 50)
     full = hidden @ head.T
     assert logits.shape == (3, 50)
     torch.testing.assert_close(logits[:, ids], full[:, ids])

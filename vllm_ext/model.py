@@ -113,27 +113,36 @@ class DFlashVllmDrafter(DFlashQwen3ForCausalLM):
 
     def compute_logits(self, hidden_states: torch.Tensor) -> torch.Tensor | None:
         """Full-vocabulary draft logits (vLLM samples from them when drafting at T > 0)."""
-        draft_head = self._draft_head_rows()
-        if draft_head is None:
+        reduced = self._draft_vocab_logits(hidden_states)
+        if reduced is None:
             logits = super().compute_logits(hidden_states)
             self._record_confidence(logits)
             return logits
-        rows, ids = draft_head
-        small = draft_vocab_logits(hidden_states, rows)
-        self._record_confidence(small)  # the same probabilities: -inf rows add nothing
+        small, ids = reduced
         return to_full_vocabulary(small, ids, self.config.vocab_size)
 
     def get_top_tokens(self, hidden_states: torch.Tensor) -> torch.Tensor:
         """Greedy drafts [rows] (target ids). vLLM calls this instead of compute_logits + argmax
         when use_local_argmax_reduction is on, which the plugin's proposer hook turns on for its
         drafters: with a draft vocabulary, no full-vocabulary logits are built at all."""
+        reduced = self._draft_vocab_logits(hidden_states)
+        if reduced is None:
+            return self.compute_logits(hidden_states).argmax(dim=-1)
+        small, ids = reduced
+        return ids[small.argmax(dim=-1)]
+
+    def _draft_vocab_logits(self, hidden_states: torch.Tensor
+                            ) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """(logits over the draft vocabulary [rows, draft vocab], their target ids), with the
+        confidence recorded (the same probabilities as full-vocabulary logits: -inf columns add
+        nothing); None when the drafter drafts over the full head."""
         draft_head = self._draft_head_rows()
         if draft_head is None:
-            return self.compute_logits(hidden_states).argmax(dim=-1)
+            return None
         rows, ids = draft_head
         small = draft_vocab_logits(hidden_states, rows)
         self._record_confidence(small)
-        return ids[small.argmax(dim=-1)]
+        return small, ids
 
     def _record_confidence(self, logits: torch.Tensor | None):
         drafting = self.dflash_drafting

@@ -197,11 +197,15 @@ def _started(algorithm, opts, args, output: Path):
         server.stop()
 
 
+def _request_options(args, **overrides) -> dict:
+    return dict(max_tokens=args.max_tokens, temperature=args.temperature,
+                ignore_eos=args.ignore_eos, request_timeout=args.request_timeout) | overrides
+
+
 def _warm_up(base_url, model, prompts, args):
     """Not measured: the first requests after start-up pay one-off costs."""
-    asyncio.run(bench.run_point(base_url, model, prompts[:2], 2, max_tokens=16,
-                                temperature=args.temperature, ignore_eos=args.ignore_eos,
-                                request_timeout=args.request_timeout))
+    asyncio.run(bench.run_point(base_url, model, prompts[:2], 2,
+                                **_request_options(args, max_tokens=16)))
 
 
 @dataclass
@@ -219,9 +223,7 @@ def _measure(base_url, model, prompts, concurrency, args, repeats) -> _Sample:
     results, walls = [], []
     for _ in range(repeats):
         run_results, wall = asyncio.run(bench.run_point(
-            base_url, model, _prompts_for(prompts, count), concurrency,
-            max_tokens=args.max_tokens, temperature=args.temperature,
-            ignore_eos=args.ignore_eos, request_timeout=args.request_timeout))
+            base_url, model, _prompts_for(prompts, count), concurrency, **_request_options(args)))
         results += run_results
         walls.append(wall)
     after = bench.scrape_counters(base_url)
