@@ -12,6 +12,8 @@ Environment (read in the worker when the drafter is built):
                         choice to the cost model alone (reproducible, for tests and profiling)
   DFLASH_DRAFT_VOCAB  = auto (default) | full: with "auto", a drafter folder that carries its
                         training vocabulary (draft_vocab.json) drafts over those LM-head rows only
+  DFLASH_DEFER_CONTEXT = on (default) | off: while no draft pass runs, hold the drafter's
+                        context K/V writes and do them in one batched call (context_store.py)
   DFLASH_STATS_EVERY  = N (default 2000): log what the policy did over the last N steps (draft
                         passes, passes that handed out no draft, drafts verified and accepted,
                         the rate guard's measured speedups); 0 turns the log off
@@ -36,6 +38,7 @@ from dflash_plugin.draft_policy import (
     parse_cost_model,
 )
 from dflash_plugin.rate_guard import RateGuard
+from vllm_ext.context_store import DeferredContext
 
 logger = logging.getLogger(f"vllm.{__name__}")  # under vLLM's log handler
 
@@ -125,8 +128,11 @@ class Drafting:
     """Per-drafter state between steps: the policy, the confidences of the last draft pass, and
     the drafts handed to the scheduler (to learn from their verification next step)."""
 
-    def __init__(self, policy: DraftPolicy, stats_every: int = 0):
+    def __init__(self, policy: DraftPolicy, stats_every: int = 0,
+                 deferred_context: DeferredContext | None = None):
         self.policy = policy
+        # Context writes held back while no draft pass runs (None: write every step).
+        self.deferred_context = deferred_context
         self.stats_every = stats_every  # log StepCounts every this many steps (0: never)
         self.counts = StepCounts()
         self.confidence: torch.Tensor | None = None  # [rows] from the last compute_logits

@@ -25,6 +25,7 @@ from vllm.platforms import current_platform
 from dflash_plugin.draft_policy import DraftPolicy, top1_probability
 from dflash_plugin.draft_vocab import draft_vocab_logits, read_draft_vocab, to_full_vocabulary
 from dflash_plugin.pair_check import DrafterShape, TargetShape, check_pair_shapes
+from vllm_ext.context_store import DeferredContext, defer_context_from_env
 from vllm_ext.drafting import (
     Drafting,
     cost_model_from_env,
@@ -74,7 +75,8 @@ class DFlashVllmDrafter(DFlashQwen3ForCausalLM):
         policy = DraftPolicy(policy_mode_from_env(),
                              cost_model_from_env(current_platform.is_cpu()),
                              block=spec.num_speculative_tokens, rate_guard=rate_guard_from_env())
-        self.dflash_drafting = Drafting(policy, stats_every_from_env())
+        deferred = DeferredContext() if defer_context_from_env() else None
+        self.dflash_drafting = Drafting(policy, stats_every_from_env(), deferred)
         if not install_propose_patch():
             self.dflash_drafting = None
         self.dflash_draft_ids = None  # sorted target ids (CPU) the draft head is restricted to
@@ -84,8 +86,9 @@ class DFlashVllmDrafter(DFlashQwen3ForCausalLM):
             self.dflash_draft_ids = read_draft_vocab(spec.draft_model_config.model,
                                                      vllm_config.model_config.get_vocab_size())
         logger.info("dflash plugin: drafter %s, draft policy %s, costs %s, rate guard %s, "
-                    "draft head %s", spec.draft_model_config.model, policy.mode.value,
-                    policy.costs, "on" if policy.rate_guard else "off",
+                    "context writes %s, draft head %s", spec.draft_model_config.model,
+                    policy.mode.value, policy.costs, "on" if policy.rate_guard else "off",
+                    "deferred while not drafting" if deferred else "every step",
                     "full vocabulary" if self.dflash_draft_ids is None
                     else f"{self.dflash_draft_ids.numel()} training-vocabulary rows")
 

@@ -16,7 +16,10 @@ P1  Target:  vllm.v1.spec_decode.dflash.DFlashProposer.propose  (V1 model runner
              scheduler as they are (GPUModelRunner._get_draft_token_ids_cpu), and a shorter list
              schedules fewer tokens to verify. When no request is to get drafts, only the
              context K/V of the new target tokens is stored (set_inputs_first_pass +
-             build_model_inputs_first_pass), so later drafts never read stale cache slots.
+             build_model_inputs_first_pass), so later drafts never read stale cache slots;
+             by default that write is held back and done in one batched call before the next
+             draft pass (vllm_ext.context_store), which reads the proposer's context position
+             and slot buffers (checked at run time, written every step if they are missing).
              It also turns on the proposer's `use_local_argmax_reduction` for these drafters, so
              greedy drafts come from the drafter's `get_top_tokens` (vllm_ext.model): with a
              draft vocabulary no full-vocabulary logits are built (skipped, with a log line, if
@@ -36,6 +39,8 @@ import inspect
 import logging
 import os
 
+import torch
+
 logger = logging.getLogger(f"vllm.{__name__}")  # under vLLM's log handler
 
 _MARKER = "__dflash_plugin_original__"
@@ -48,6 +53,8 @@ SET_INPUTS_PARAMS = ("self", "target_token_ids", "next_token_ids", "target_posit
                      "target_hidden_states", "token_indices_to_sample", "cad",
                      "num_rejected_tokens_gpu")
 BUILD_INPUTS_PARAMS = ("self", "num_tokens", "num_input_tokens", "mm_embed_inputs")
+# Where set_inputs_first_pass leaves the context positions and slots (deferred writes read them)
+CONTEXT_BUFFERS = ("_context_positions_buffer", "_context_slot_mapping_buffer")
 
 
 def _params(func) -> tuple[str, ...]:
@@ -106,9 +113,12 @@ def install_propose_patch() -> bool:
             drafting.skipped(batch)
             self.num_speculative_tokens = num_speculative_tokens  # as the original does first
             self._last_draft_probs = None
-            _store_context_only(self, target_token_ids, target_positions, target_hidden_states,
-                                next_token_ids, cad, num_rejected_tokens_gpu)
+            _store_context_only(self, drafting.deferred_context, target_token_ids,
+                                target_positions, target_hidden_states, next_token_ids, cad,
+                                num_rejected_tokens_gpu)
             return [[] for _ in range(batch)]
+        if drafting.deferred_context is not None:
+            drafting.deferred_context.flush(self.model)  # the draft pass reads that context
         _prefer_drafter_top_tokens(self)
         with drafting.collecting_confidence():
             drafts = original(self, *args)
@@ -145,13 +155,38 @@ def _drafting_of(proposer):
     return getattr(model, "dflash_drafting", None)
 
 
-def _store_context_only(proposer, target_token_ids, target_positions, target_hidden_states,
-                        next_token_ids, cad, num_rejected_tokens_gpu):
+def _store_context_only(proposer, deferred, target_token_ids, target_positions,
+                        target_hidden_states, next_token_ids, cad, num_rejected_tokens_gpu):
     """What the original propose does before its query pass: project the new target features
-    to draft context K/V and write them to the draft layers' cache."""
-    context = proposer.model.combine_hidden_states(target_hidden_states)
+    to draft context K/V and write them to the draft layers' cache. With `deferred`, only the
+    positions and cache slots are computed now (vLLM's own kernel, which also handles rejected
+    drafts); the projection and the write wait in the queue (vllm_ext.context_store)."""
+    if deferred is not None and not _has_context_buffers(proposer):
+        deferred.flush(proposer.model)
+        deferred = None
+    features = (target_hidden_states if deferred is not None
+                else proposer.model.combine_hidden_states(target_hidden_states))
     num_tokens, _, _ = proposer.set_inputs_first_pass(
         target_token_ids=target_token_ids, next_token_ids=next_token_ids,
-        target_positions=target_positions, target_hidden_states=context,
+        target_positions=target_positions, target_hidden_states=features,
         token_indices_to_sample=None, cad=cad, num_rejected_tokens_gpu=num_rejected_tokens_gpu)
-    proposer.build_model_inputs_first_pass(num_tokens, num_tokens, None)
+    if deferred is None:
+        proposer.build_model_inputs_first_pass(num_tokens, num_tokens, None)
+        return
+    num_context = target_token_ids.shape[0]
+    # The proposer reuses these buffers every step: keep copies.
+    positions = proposer._context_positions_buffer[:num_context].clone()
+    slots = proposer._context_slot_mapping_buffer[:num_context].clone()
+    if deferred.add(target_hidden_states, positions, slots):
+        deferred.flush(proposer.model)
+
+
+def _has_context_buffers(proposer) -> bool:
+    """The proposer attributes a deferred write reads (vLLM 0.32's DFlashProposer)."""
+    ok = all(isinstance(getattr(proposer, name, None), torch.Tensor)
+             for name in CONTEXT_BUFFERS)
+    if not ok and not getattr(proposer, "_dflash_context_buffers_warned", False):
+        proposer._dflash_context_buffers_warned = True
+        logger.warning("dflash plugin: DFlashProposer has no %s; context K/V is written every "
+                       "step instead of deferred", " / ".join(CONTEXT_BUFFERS))
+    return ok
