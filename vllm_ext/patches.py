@@ -177,7 +177,11 @@ def _store_context_only(proposer, deferred, target_token_ids, target_positions,
     # The proposer reuses these buffers every step: keep copies.
     positions = proposer._context_positions_buffer[:num_context].clone()
     slots = proposer._context_slot_mapping_buffer[:num_context].clone()
-    if deferred.add(target_hidden_states, positions, slots):
+    # vLLM concatenates the target layers' features into a new tensor each step; a view (a
+    # target without auxiliary layers) could be overwritten before the flush, so copy it.
+    kept = target_hidden_states if target_hidden_states._base is None \
+        else target_hidden_states.clone()
+    if deferred.add(kept, positions, slots):
         deferred.flush(proposer.model)
 
 
