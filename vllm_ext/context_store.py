@@ -15,26 +15,15 @@ Writes keep their order: every context write of a drafter built by this plugin g
 this queue, and a draft pass flushes it first. A slot freed by a finished request and given to a
 new one is therefore rewritten after, never before, the old request's pending write to it.
 
-Environment: DFLASH_DEFER_CONTEXT = on (default) | off (write every step, as vLLM does).
+Environment: DFLASH_DEFER_CONTEXT = on (default) | off (write every step, as vLLM does),
+read by vllm_ext.drafting.defer_context_from_env.
 """
 
 from __future__ import annotations
 
-import os
-
 import torch
 
-DEFER_CONTEXT_ENV = "DFLASH_DEFER_CONTEXT"
 DEFAULT_MAX_TOKENS = 2048
-
-
-def defer_context_from_env() -> bool:
-    value = os.environ.get(DEFER_CONTEXT_ENV, "on").strip().lower()
-    if value in ("on", "1", "true"):
-        return True
-    if value in ("off", "0", "false"):
-        return False
-    raise ValueError(f"{DEFER_CONTEXT_ENV}={value!r}: expected on or off")
 
 
 class DeferredContext:

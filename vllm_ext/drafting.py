@@ -47,6 +47,7 @@ COST_MODEL_ENV = "DFLASH_COST_MODEL"
 RATE_GUARD_ENV = "DFLASH_RATE_GUARD"
 DRAFT_VOCAB_ENV = "DFLASH_DRAFT_VOCAB"
 STATS_EVERY_ENV = "DFLASH_STATS_EVERY"
+DEFER_CONTEXT_ENV = "DFLASH_DEFER_CONTEXT"
 
 
 def policy_mode_from_env() -> PolicyMode:
@@ -63,13 +64,22 @@ def cost_model_from_env(is_cpu: bool) -> CostModel:
     return parse_cost_model(os.environ.get(COST_MODEL_ENV, ""), base)
 
 
-def rate_guard_from_env() -> RateGuard | None:
-    value = os.environ.get(RATE_GUARD_ENV, "on").strip().lower()
+def switch_from_env(name: str, default: str = "on") -> bool:
+    """An on/off environment switch (on|1|true, off|0|false); anything else is refused."""
+    value = os.environ.get(name, default).strip().lower()
     if value in ("on", "1", "true"):
-        return RateGuard()
+        return True
     if value in ("off", "0", "false"):
-        return None
-    raise ValueError(f"{RATE_GUARD_ENV}={value!r}: expected on or off")
+        return False
+    raise ValueError(f"{name}={value!r}: expected on or off")
+
+
+def rate_guard_from_env() -> RateGuard | None:
+    return RateGuard() if switch_from_env(RATE_GUARD_ENV) else None
+
+
+def defer_context_from_env() -> bool:
+    return switch_from_env(DEFER_CONTEXT_ENV)
 
 
 def draft_vocab_from_env() -> bool:

@@ -25,10 +25,11 @@ from vllm.platforms import current_platform
 from dflash_plugin.draft_policy import DraftPolicy, top1_probability
 from dflash_plugin.draft_vocab import draft_vocab_logits, read_draft_vocab, to_full_vocabulary
 from dflash_plugin.pair_check import DrafterShape, TargetShape, check_pair_shapes
-from vllm_ext.context_store import DeferredContext, defer_context_from_env
+from vllm_ext.context_store import DeferredContext
 from vllm_ext.drafting import (
     Drafting,
     cost_model_from_env,
+    defer_context_from_env,
     draft_vocab_from_env,
     policy_mode_from_env,
     rate_guard_from_env,

@@ -4,7 +4,8 @@ test_engine.py: drafts after deferred writes equal drafts after per-step writes)
 import pytest
 import torch
 
-from vllm_ext.context_store import DeferredContext, defer_context_from_env
+from vllm_ext.context_store import DeferredContext
+from vllm_ext.drafting import defer_context_from_env
 
 FEATURES = 6
 
