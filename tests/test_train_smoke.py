@@ -8,7 +8,7 @@ import torch
 
 from dflash_plugin.checkpoint import load_drafter
 from dflash_plugin.prompt_io import encode_chat
-from dflash_plugin.train.feature_store import FeatureStore, build_feature_store
+from dflash_plugin.train.feature_store import FeatureStore, OnlineFeatures, build_feature_store
 from dflash_plugin.train.trainer import TrainConfig, Trainer
 
 PAIRS = [
@@ -46,6 +46,35 @@ def test_feature_store_holds_every_sequence(store, smollm_bf16):
     seq = features.sequences[0]
     assert features.features(seq).shape == (seq.length, 5 * 576)
     assert features.features(seq).dtype == torch.bfloat16
+
+
+def test_stored_features_are_the_target_layer_outputs(store, smollm_bf16):
+    """The store's pass stops after the deepest captured layer: what it kept must still be
+    exactly those layers' outputs of a whole forward pass."""
+    model, _ = smollm_bf16
+    features = FeatureStore(store / "features")
+    seq = features.sequences[1]
+    with torch.inference_mode():
+        hidden = model(torch.tensor([seq.input_ids]), output_hidden_states=True).hidden_states
+    expected = torch.cat([hidden[i + 1][0] for i in (1, 8, 14, 20, 27)], dim=-1)
+    assert torch.equal(features.features(seq), expected.to(torch.bfloat16))
+
+
+def test_online_features_train_exactly_like_the_store(store, tmp_path, smollm_bf16):
+    model, _ = smollm_bf16
+    stored = FeatureStore(store / "features")
+    online = OnlineFeatures(model, store / "responses.jsonl", [1, 8, 14, 20, 27])
+    assert [s.input_ids for s in online.sequences] == [s.input_ids for s in stored.sequences]
+    for a, b in zip(online.sequences, stored.sequences):
+        assert torch.equal(online.features(a), stored.features(b))
+    from_store = Trainer(_config(store, tmp_path / "store", max_steps=3), model)
+    from_store.run()
+    from_online = Trainer(_config(store, tmp_path / "online", max_steps=3), model, online)
+    from_online.run()
+    rows = [[json.loads(line)["loss"] for line in (tmp_path / run / "metrics.jsonl").open()]
+            for run in ("store", "online")]
+    assert rows[0] == rows[1] and len(rows[0]) == 3
+    assert torch.equal(from_store.drafter.fc.weight, from_online.drafter.fc.weight)
 
 
 def test_loss_falls_and_checkpoint_reloads_and_resumes(store, tmp_path, smollm_bf16):

@@ -39,6 +39,10 @@ def add_arguments(p):
     p.add_argument("--lr", type=float, default=6e-4)
     p.add_argument("--gamma", type=float, help="loss decay over block positions "
                    "(default: the paper's value for the block size, 7 for 16)")
+    p.add_argument("--online-features", action="store_true",
+                   help="train stage: run the target on each sequence as training reaches it "
+                        "instead of reading the features stage's store (no disk; the same cost "
+                        "for about one epoch, dearer for more)")
     p.add_argument("--init-from", help="continue from this drafter checkpoint (fresh schedule)")
     p.add_argument("--max-steps", type=int, help="stop after this many steps (schedule unchanged)")
     p.add_argument("--seed", type=int, default=0)
@@ -119,7 +123,13 @@ def run(args) -> int:
                           anchors_per_seq=args.anchors_per_seq, seqs_per_step=args.seqs_per_step,
                           lr=args.lr, seed=args.seed, max_steps=args.max_steps,
                           gamma=args.gamma, init_from=args.init_from)
-        Trainer(cfg, target).run()
+        online = None
+        if args.online_features:
+            from dflash_plugin.train.feature_store import OnlineFeatures
+            online = OnlineFeatures(target, work / "responses.jsonl",
+                                    layer_ids(args, target.config.num_hidden_layers),
+                                    max_len=args.max_len, target_name=str(target_path))
+        Trainer(cfg, target, online).run()
     if "evaluate" in stages:
         from dflash_plugin.checkpoint import load_drafter
         from dflash_plugin.train.evaluate import evaluate_drafter, write_report

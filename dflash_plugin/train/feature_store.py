@@ -1,5 +1,7 @@
 """Stage 3 of training: one target pass per sequence that stores the selected layers' outputs
-on disk, so training epochs never re-run the target.
+on disk, so training epochs never re-run the target. `OnlineFeatures` offers the same reading
+interface without the disk: the target runs when training reaches a sequence (worth it for a
+round of about one epoch, or a target whose features would not fit on disk).
 
 Layout of a store folder:
   meta.json      target, layer ids, feature width, dtype
@@ -34,6 +36,33 @@ class StoredSequence:
     input_ids: list[int]
 
 
+class _EnoughLayers(Exception):
+    """Raised by a hook once the deepest captured layer has run: the rest is not needed."""
+
+
+def target_features(target, capture: FeatureCapture, ids: list[int]) -> torch.Tensor:
+    """bf16 features [len(ids), n_feat*H] of one sequence, running the target's decoder only up
+    to its deepest captured layer (the layers after it, the norm and the LM head are skipped)."""
+    def stop(*_):
+        raise _EnoughLayers
+
+    deepest = capture.layers[max(capture.layer_ids)]
+    handle = deepest.register_forward_hook(stop)  # registered after capture's own hook
+    try:
+        target.model(torch.tensor([ids]), use_cache=False)
+    except _EnoughLayers:
+        pass
+    finally:
+        handle.remove()
+    return capture.take()[0].to(torch.bfloat16)
+
+
+def _trainable(record: dict, max_len: int) -> list[int] | None:
+    """Prompt + response ids cut to max_len, or None when no response token is left to learn."""
+    ids = (record["prompt_ids"] + record["response_ids"])[:max_len]
+    return ids if len(ids) > len(record["prompt_ids"]) + 1 else None
+
+
 def read_index(store: Path) -> list[StoredSequence]:
     path = Path(store) / INDEX
     if not path.is_file():
@@ -55,6 +84,37 @@ class FeatureStore:
     def features(self, seq: StoredSequence) -> torch.Tensor:
         rows = np.asarray(self._rows[seq.offset: seq.offset + seq.length])
         return torch.from_numpy(rows.copy()).view(torch.bfloat16)
+
+
+class OnlineFeatures:
+    """FeatureStore's interface (meta, sequences, features) over a responses file, computing
+    each sequence's features with the target when asked: one target pass per sequence visit."""
+
+    def __init__(self, target, responses_file: str | Path, layer_ids: list[int], *,
+                 max_len: int = 1024, target_name: str = ""):
+        self.meta = {"target": target_name, "target_layer_ids": list(layer_ids),
+                     "feature_dim": len(layer_ids) * target.config.hidden_size,
+                     "dtype": "bfloat16", "max_len": max_len, "online": True}
+        self.sequences = []
+        with open(responses_file) as f:
+            for line in f:
+                if not line.strip():
+                    continue
+                rec = json.loads(line)
+                ids = _trainable(rec, max_len)
+                if ids is not None:
+                    self.sequences.append(StoredSequence(rec["id"], rec["category"], 0, len(ids),
+                                                         len(rec["prompt_ids"]), ids))
+        self._target = target
+        self._capture = FeatureCapture(target, layer_ids)
+
+    def features(self, seq: StoredSequence) -> torch.Tensor:
+        # no_grad, not inference_mode: the features enter the drafter's autograd graph.
+        with torch.no_grad(), self._capture.active():
+            return target_features(self._target, self._capture, seq.input_ids)
+
+
+FeatureSource = FeatureStore | OnlineFeatures  # what the trainer reads
 
 
 @torch.inference_mode()
@@ -81,11 +141,10 @@ def build_feature_store(target, responses_file: str | Path, store: str | Path,
     capture = FeatureCapture(target, layer_ids)
     with capture.active(), (store / ROWS).open("ab") as rows, (store / INDEX).open("a") as index:
         for rec in tqdm([r for r in records if r["id"] not in done_ids], desc="features"):
-            ids = (rec["prompt_ids"] + rec["response_ids"])[:max_len]
-            if len(ids) <= len(rec["prompt_ids"]) + 1:
-                continue  # nothing to learn from: no response inside the length limit
-            target.model(torch.tensor([ids]), use_cache=False)  # the LM head is not needed
-            feats = capture.take()[0].to(torch.bfloat16)
+            ids = _trainable(rec, max_len)
+            if ids is None:
+                continue
+            feats = target_features(target, capture, ids)
             rows.write(feats.view(torch.uint16).numpy().tobytes())
             rows.flush()
             index.write(json.dumps({"id": rec["id"], "category": rec["category"],

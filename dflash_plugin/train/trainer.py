@@ -25,7 +25,7 @@ from dflash_plugin.draft_vocab import reduced_head, with_reduced_vocabulary
 from dflash_plugin.drafter import DFlashDraftModel
 from dflash_plugin.layout import default_gamma
 from dflash_plugin.train.batches import leading_matches, make_block_batch, sample_anchors
-from dflash_plugin.train.feature_store import FeatureStore
+from dflash_plugin.train.feature_store import FeatureSource, FeatureStore, OnlineFeatures
 
 STATE_FILE = "train_state.pt"
 
@@ -53,7 +53,7 @@ class TrainConfig:
     init_from: str | None = None  # start from this drafter checkpoint instead (new schedule)
 
 
-def select_draft_vocab(store: FeatureStore, size: int, vocab_size: int) -> torch.Tensor:
+def select_draft_vocab(store: FeatureSource, size: int, vocab_size: int) -> torch.Tensor:
     """Sorted ids of the draft vocabulary: the most frequent response tokens, then prompt
     tokens, then the lowest remaining ids. The draft can only ever propose these."""
     responses, prompts = Counter(), Counter()
@@ -68,7 +68,7 @@ def select_draft_vocab(store: FeatureStore, size: int, vocab_size: int) -> torch
     return torch.tensor(sorted(chosen))
 
 
-def init_drafter(cfg: TrainConfig, target, store: FeatureStore) -> DFlashDraftModel:
+def init_drafter(cfg: TrainConfig, target, store: FeatureSource) -> DFlashDraftModel:
     layer_ids = store.meta["target_layer_ids"]
     config = make_config(target.config, num_draft_layers=cfg.num_draft_layers,
                          block_size=cfg.block_size, mask_token_id=cfg.mask_token_id,
@@ -105,7 +105,7 @@ def init_from_target(drafter: DFlashDraftModel, target, layer_ids: list[int]):
     drafter.fc.weight.data.copy_(fc + 0.01 * torch.randn_like(fc))
 
 
-def check_continuation(drafter: DFlashDraftModel, cfg: TrainConfig, store: FeatureStore):
+def check_continuation(drafter: DFlashDraftModel, cfg: TrainConfig, store: FeatureSource):
     """A drafter to continue from must match the store's layers and the asked shape."""
     fields = drafter.fields
     wanted = {"target_layer_ids": (list(fields.target_layer_ids), store.meta["target_layer_ids"]),
@@ -127,13 +127,15 @@ def lr_at(step: int, total: int, cfg: TrainConfig) -> float:
 
 
 class Trainer:
-    def __init__(self, cfg: TrainConfig, target):
+    def __init__(self, cfg: TrainConfig, target, features: OnlineFeatures | None = None):
+        """`features`: computed by the target as training goes (default: the store cfg.store)."""
         self.cfg = cfg
         self.out = Path(cfg.out_dir)
         self.out.mkdir(parents=True, exist_ok=True)
-        self.store = FeatureStore(cfg.store)
+        self.store = features if features is not None else FeatureStore(cfg.store)
         if not self.store.sequences:
-            raise ValueError(f"feature store {cfg.store} holds no sequences")
+            raise ValueError(f"feature source {features is None and cfg.store or 'online'} "
+                             "holds no sequences")
         self.embed = target.get_input_embeddings().requires_grad_(False)
         self.target_head = target.get_output_embeddings().requires_grad_(False)
         self.gamma = cfg.gamma or default_gamma(cfg.block_size)
