@@ -134,8 +134,8 @@ class Trainer:
         self.out.mkdir(parents=True, exist_ok=True)
         self.store = features if features is not None else FeatureStore(cfg.store)
         if not self.store.sequences:
-            raise ValueError(f"feature source {features is None and cfg.store or 'online'} "
-                             "holds no sequences")
+            source = "the online feature source" if features is not None else cfg.store
+            raise ValueError(f"feature source {source} holds no sequences")
         self.embed = target.get_input_embeddings().requires_grad_(False)
         self.target_head = target.get_output_embeddings().requires_grad_(False)
         self.gamma = cfg.gamma or default_gamma(cfg.block_size)
