@@ -30,6 +30,7 @@ from dflash_plugin.drafter import DFlashDraftModel
 from dflash_plugin.generate import GenerationResult, SpecDecoder
 from dflash_plugin.rate_guard import RateGuard
 from dflash_plugin.sampling import SamplingParams
+from dflash_plugin.step_costs import StepCostFit
 
 
 class AdaptiveSpecDecoder(SpecDecoder):
@@ -37,19 +38,22 @@ class AdaptiveSpecDecoder(SpecDecoder):
 
     One decoder keeps its policy across requests, so calibration and step timings carry over
     from prompt to prompt as they do inside a serving engine. rate_guard: True (a new guard),
-    a RateGuard to share, or None (the cost model alone decides: reproducible verify lengths).
+    a RateGuard to share, or None. fit_costs: re-fit the cost model from the timed rounds
+    (step_costs.py), starting from `costs`. With neither, the preset cost model alone decides:
+    reproducible verify lengths.
     """
 
     def __init__(self, target: nn.Module, drafter: DFlashDraftModel, block_size: int | None = None,
                  num_verify_tokens: int | None = None, costs: CostModel | None = None,
-                 rate_guard: RateGuard | None | bool = True):
+                 rate_guard: RateGuard | None | bool = True, fit_costs: bool = False):
         super().__init__(target, drafter, block_size, num_verify_tokens)
         if costs is None:
             on_cpu = next(target.parameters()).device.type == "cpu"
             costs = CPU_COSTS if on_cpu else CUDA_COSTS
         guard = RateGuard() if rate_guard is True else (rate_guard or None)
         self.policy = DraftPolicy(PolicyMode.ADAPTIVE, costs, block=self.num_verify_tokens - 1,
-                                  rate_guard=guard)
+                                  rate_guard=guard,
+                                  cost_fit=StepCostFit(costs) if fit_costs else None)
         self._pending_context: torch.Tensor | None = None  # fused features not yet drafted on
         self._no_drafts = torch.zeros(0, dtype=torch.long)
         self.clock = time.perf_counter
@@ -78,9 +82,9 @@ class AdaptiveSpecDecoder(SpecDecoder):
             verdict, features = self.verify_chain(bonus, self._no_drafts, start, caches[0],
                                                   sampling, generator)  # a plain step
             drafted, ran_draft_pass = 0, False
-        if self.policy.rate_guard is not None:
-            self.policy.rate_guard.record(1, ran_draft_pass, verdict.accept_length,
-                                          self.clock() - began)
+        if self.policy.times_steps:
+            self.policy.record_step(1, 1 + drafted, verdict.accept_length, ran_draft_pass,
+                                    self.clock() - began)
         return verdict, features, drafted
 
     def _draft_and_verify(self, bonus, start, context, caches, block, sampling, generator):

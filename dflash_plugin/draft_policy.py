@@ -15,8 +15,9 @@ the rate, so drafts shrink as the batch grows (each extra token then costs more 
 it brings) and grow with the drafter's confidence. Which drafts are verified never changes which
 tokens are emitted: verification stays lossless for any K_i.
 
-The cost model is an estimate; with a `RateGuard` the policy also times the engine's real steps
-and stops drafting where drafted steps are measured slower than plain ones (rate_guard.py).
+The preset cost model is an estimate. With a `StepCostFit` the policy re-fits it from the
+engine's timed steps (step_costs.py); with a `RateGuard` it also stops drafting where drafted
+steps are measured slower than plain ones (rate_guard.py).
 """
 
 from __future__ import annotations
@@ -24,10 +25,14 @@ from __future__ import annotations
 import enum
 import math
 from dataclasses import dataclass, fields, replace
+from typing import TYPE_CHECKING
 
 import torch
 
 from dflash_plugin.rate_guard import RateGuard, batch_bucket
+
+if TYPE_CHECKING:
+    from dflash_plugin.step_costs import StepCostFit
 
 
 class PolicyMode(enum.Enum):
@@ -181,7 +186,8 @@ class DraftPolicy:
     def __init__(self, mode: PolicyMode, costs: CostModel, block: int,
                  prior_acceptance: float = 0.7, smoothing: float = 0.1,
                  explore_every: int = 32, rate_guard: RateGuard | None = None,
-                 probe_every: int = 50, max_probe_every: int = 800):
+                 probe_every: int = 50, max_probe_every: int = 800,
+                 cost_fit: StepCostFit | None = None):
         if block < 1:
             raise ValueError(f"draft block must be >= 1, got {block}")
         self.mode = mode
@@ -206,6 +212,26 @@ class DraftPolicy:
         self._vetoed_steps: dict[int, int] = {}  # batch bucket -> vetoed steps since its probe
         self._probe_gap: dict[int, int] = {}  # batch bucket -> vetoed steps until its next probe
         self._worth_drafting: dict[tuple[int, bool], bool] = {}  # (batch, prior?) -> answer
+        # Costs re-fitted from timed steps (None: the preset `costs` stays).
+        self.cost_fit = cost_fit
+        if cost_fit is not None:
+            self.costs = cost_fit.costs
+
+    @property
+    def times_steps(self) -> bool:
+        """Whether the adapter should time its steps and hand them to `record_step`."""
+        return self.rate_guard is not None or self.cost_fit is not None
+
+    def record_step(self, batch: int, target_tokens: int, emitted_tokens: int, drafted: bool,
+                    seconds: float):
+        """One clean, timed decoding step: `batch` requests, `target_tokens` processed by the
+        target (batch + verified drafts), `emitted_tokens` emitted, a draft pass or not."""
+        if self.rate_guard is not None:
+            self.rate_guard.record(batch, drafted, emitted_tokens, seconds)
+        if self.cost_fit is not None and self.cost_fit.record(batch, target_tokens, drafted,
+                                                              seconds):
+            self.costs = self.cost_fit.costs
+            self._worth_drafting.clear()
 
     def _drafts_pay_off(self, batch: int, prior: bool) -> bool:
         key = (batch, prior)

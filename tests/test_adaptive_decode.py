@@ -94,3 +94,26 @@ def test_adaptive_sampling_is_exact(tiny_target):
     assert chi_square_pvalue(samples, joint) > 1e-3
     untruncated = exact_joint(tiny_target, prompt, 3, SamplingParams(temperature=1.0))
     assert chi_square_pvalue(samples, untruncated) < 1e-6
+
+
+def test_cost_fit_is_fed_every_round_and_stays_lossless(tiny_target):
+    """With fit_costs, each round hands the fit its target tokens (the bonus plus the drafts it
+    verified) and whether the draft pass ran; greedy output is still the target's own."""
+    drafter = make_drafter(tiny_target, block_size=4, mask_token_id=15)
+    decoder = AdaptiveSpecDecoder(tiny_target, drafter, rate_guard=None, fit_costs=True)
+    fit = decoder.policy.cost_fit
+    rounds = []
+    record = fit.record
+
+    def recording(batch, target_tokens, drafted, seconds):
+        rounds.append((batch, target_tokens, drafted))
+        return record(batch, target_tokens, drafted, seconds)
+    fit.record = recording
+    prompt = torch.tensor([[0, 5, 9, 3, 7]])
+    result = decoder.generate(prompt, 24)
+    assert result.token_ids == generate_plain(tiny_target, prompt, 24).token_ids
+    assert len(rounds) == result.stats.num_steps and fit.steps_seen == len(rounds)
+    assert sum(tokens - 1 for _, tokens, _ in rounds) == result.stats.drafted_tokens
+    assert all(batch == 1 and (drafted or tokens == 1) for batch, tokens, drafted in rounds)
+    assert any(drafted for _, _, drafted in rounds)  # a new policy tries its drafter
+    assert fit.seconds_per_plain_step is not None  # past its warm-up: the fit is in use

@@ -10,6 +10,8 @@ Environment (read in the worker when the drafter is built):
   DFLASH_RATE_GUARD   = on (default) | off: time real steps and stop drafting where it is
                         measured slower than plain decoding (rate_guard.py); "off" leaves the
                         choice to the cost model alone (reproducible, for tests and profiling)
+  DFLASH_COST_FIT     = off (default) | on: re-fit the cost model from the timed steps, starting
+                        from the preset (step_costs.py); experimental, not shown to help yet
   DFLASH_DRAFT_VOCAB  = auto (default) | full: with "auto", a drafter folder that carries its
                         training vocabulary (draft_vocab.json) drafts over those LM-head rows only
   DFLASH_DEFER_CONTEXT = on (default) | off: while no draft pass runs, hold the drafter's
@@ -38,6 +40,7 @@ from dflash_plugin.draft_policy import (
     parse_cost_model,
 )
 from dflash_plugin.rate_guard import RateGuard
+from dflash_plugin.step_costs import StepCostFit
 from vllm_ext.context_store import DeferredContext
 
 logger = logging.getLogger(f"vllm.{__name__}")  # under vLLM's log handler
@@ -45,6 +48,7 @@ logger = logging.getLogger(f"vllm.{__name__}")  # under vLLM's log handler
 POLICY_ENV = "DFLASH_DRAFT_POLICY"
 COST_MODEL_ENV = "DFLASH_COST_MODEL"
 RATE_GUARD_ENV = "DFLASH_RATE_GUARD"
+COST_FIT_ENV = "DFLASH_COST_FIT"
 DRAFT_VOCAB_ENV = "DFLASH_DRAFT_VOCAB"
 STATS_EVERY_ENV = "DFLASH_STATS_EVERY"
 DEFER_CONTEXT_ENV = "DFLASH_DEFER_CONTEXT"
@@ -76,6 +80,10 @@ def switch_from_env(name: str, default: str = "on") -> bool:
 
 def rate_guard_from_env() -> RateGuard | None:
     return RateGuard() if switch_from_env(RATE_GUARD_ENV) else None
+
+
+def cost_fit_from_env(prior: CostModel) -> StepCostFit | None:
+    return StepCostFit(prior) if switch_from_env(COST_FIT_ENV, default="off") else None
 
 
 def defer_context_from_env() -> bool:
@@ -113,10 +121,13 @@ class StepCounts:
     drafts_handed_out: int = 0
     drafts_accepted: int = 0
 
-    def summary(self, guard: RateGuard | None) -> str:
+    def summary(self, policy: DraftPolicy) -> str:
         text = (f"{self.steps} steps: {self.draft_passes} draft passes ({self.empty_passes} "
                 f"handed out nothing), {self.drafts_handed_out} drafts verified, "
                 f"{self.drafts_accepted} accepted")
+        if policy.cost_fit is not None:
+            text += f"; fitted costs {policy.costs}"
+        guard = policy.rate_guard
         if guard is not None:
             ratios = {f"batch<{2 ** bucket}": round(ratio, 2)
                       for bucket, ratio in sorted(guard.speedups_by_bucket().items())}
@@ -201,23 +212,23 @@ class Drafting:
     def _count_step(self):
         self.counts.steps += 1
         if self.stats_every and self.counts.steps >= self.stats_every:
-            logger.info("dflash plugin: %s", self.counts.summary(self.policy.rate_guard))
+            logger.info("dflash plugin: %s", self.counts.summary(self.policy))
             self.counts = StepCounts()
 
     def _time_last_step(self, starts: list[int], rejected: list[int] | None):
-        """Give the rate guard the last step's emitted tokens per second, if that step was a
+        """Give the policy the last step's timing (rate guard, cost fit), if that step was a
         clean decoding step: the same requests, each verifying exactly what it was handed (a
         joining prefill or a leaving request would make its time say nothing about drafting)."""
         last, self._last_step = self._last_step, None
-        guard = self.policy.rate_guard
-        if last is None or guard is None:
+        if last is None or not self.policy.times_steps:
             return
         batch, processed = len(starts) - 1, starts[-1]
         if batch != last.batch or processed != last.scheduled_tokens:
             return
         drafts = processed - batch
         tokens = batch + drafts - (sum(rejected) if (rejected and drafts) else 0)
-        guard.record(batch, last.drafted, tokens, self._step_started - last.started)
+        self.policy.record_step(batch, processed, tokens, last.drafted,
+                                self._step_started - last.started)
 
     def _step_handed_out(self, batch: int, num_drafts: int, drafted: bool):
         self._last_step = _StepStart(self._step_started, batch, batch + num_drafts, drafted)

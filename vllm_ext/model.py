@@ -28,6 +28,7 @@ from dflash_plugin.pair_check import DrafterShape, TargetShape, check_pair_shape
 from vllm_ext.context_store import DeferredContext
 from vllm_ext.drafting import (
     Drafting,
+    cost_fit_from_env,
     cost_model_from_env,
     defer_context_from_env,
     draft_vocab_from_env,
@@ -73,9 +74,9 @@ class DFlashVllmDrafter(DFlashQwen3ForCausalLM):
             logger.warning("dflash plugin: num_speculative_tokens=%d exceeds the %d drafts the "
                            "drafter was trained to fill (block_size %d)",
                            spec.num_speculative_tokens, block - 1, block)
-        policy = DraftPolicy(policy_mode_from_env(),
-                             cost_model_from_env(current_platform.is_cpu()),
-                             block=spec.num_speculative_tokens, rate_guard=rate_guard_from_env())
+        costs = cost_model_from_env(current_platform.is_cpu())
+        policy = DraftPolicy(policy_mode_from_env(), costs, block=spec.num_speculative_tokens,
+                             rate_guard=rate_guard_from_env(), cost_fit=cost_fit_from_env(costs))
         deferred = DeferredContext() if defer_context_from_env() else None
         self.dflash_drafting = Drafting(policy, stats_every_from_env(), deferred)
         if not install_propose_patch():
@@ -86,9 +87,11 @@ class DFlashVllmDrafter(DFlashQwen3ForCausalLM):
         if draft_vocab_from_env() and self._plain_logits():
             self.dflash_draft_ids = read_draft_vocab(spec.draft_model_config.model,
                                                      vllm_config.model_config.get_vocab_size())
-        logger.info("dflash plugin: drafter %s, draft policy %s, costs %s, rate guard %s, "
+        logger.info("dflash plugin: drafter %s, draft policy %s, costs %s (%s), rate guard %s, "
                     "context writes %s, draft head %s", spec.draft_model_config.model,
-                    policy.mode.value, policy.costs, "on" if policy.rate_guard else "off",
+                    policy.mode.value, policy.costs,
+                    "re-fitted from timed steps" if policy.cost_fit else "fixed",
+                    "on" if policy.rate_guard else "off",
                     "deferred while not drafting" if deferred else "every step",
                     "full vocabulary" if self.dflash_draft_ids is None
                     else f"{self.dflash_draft_ids.numel()} training-vocabulary rows")

@@ -10,12 +10,17 @@ Writes a JSON list of rows (algorithm, concurrency, output_tokens_per_s, tpot_ms
 accept_length, speedup, ...) to --output, plots <stem>_throughput.png and <stem>_speedup.png
 next to it, and each server's log as <stem>.<algorithm>.log. The model flags are those of
 `dflash serve` (including --config and pass-through engine arguments).
+
+A plugin row can carry its own DFLASH_* settings, to compare them side by side in one run:
+`--algorithms 'none,dflash,dflash[DFLASH_COST_FIT=off;DFLASH_RATE_GUARD=off]'` starts one plugin
+server per variant; its rows are named as written.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
 import sys
 from contextlib import ExitStack, contextmanager
@@ -30,11 +35,40 @@ from dflash_plugin.serving.server import Server, ServerExited, free_port
 HELP = "benchmark none / ngram / native DFlash / plugin DFlash servers over concurrency levels"
 PLUGIN_NAME = "dflash"  # our vllm.general_plugins entry point
 SPEC_ALGORITHM = {"none": "NONE", "ngram": "NGRAM", "dflash-native": "DFLASH", "dflash": "DFLASH"}
+# "dflash[NAME=VALUE;NAME=VALUE]": the plugin with its own settings (DFLASH_* variables only).
+_VARIANT = re.compile(r"(?P<base>[\w-]+)(?:\[(?P<settings>[^\]]*)\])?")
+_SETTING = re.compile(r"(DFLASH_[A-Z0-9_]+)=(.*)")
+
+
+def _file_safe(text: str) -> str:
+    return re.sub(r"[^\w.=-]+", "_", text)
+
+
+def parse_algorithm(text: str) -> tuple[str, dict[str, str]]:
+    """'dflash[DFLASH_COST_FIT=off]' -> ('dflash', {'DFLASH_COST_FIT': 'off'})."""
+    match = _VARIANT.fullmatch(text)
+    base = match["base"] if match else None
+    if base not in bench.ALGORITHMS:
+        raise DFlashError(f"unknown --algorithms entry {text!r}; choose from "
+                          f"{', '.join(bench.ALGORITHMS)}, or dflash[DFLASH_NAME=value;...]")
+    if match["settings"] is None:
+        return base, {}
+    if base != "dflash":
+        raise DFlashError(f"--algorithms {text!r}: only the plugin's rows (dflash[...]) take "
+                          "settings")
+    settings = {}
+    for item in filter(None, (part.strip() for part in match["settings"].split(";"))):
+        setting = _SETTING.fullmatch(item)
+        if setting is None:
+            raise DFlashError(f"--algorithms {text!r}: {item!r} is not DFLASH_NAME=value")
+        settings[setting[1]] = setting[2]
+    return base, settings
 
 
 def add_arguments(p):
     p.add_argument("--algorithms", default=",".join(bench.ALGORITHMS),
-                   help=f"comma list from {', '.join(bench.ALGORITHMS)}")
+                   help=f"comma list from {', '.join(bench.ALGORITHMS)}; a plugin row may set "
+                        "its own DFLASH_* variables: 'dflash[DFLASH_COST_FIT=off;...]'")
     p.add_argument("--concurrency", default="1,4,16,32", help="comma list of concurrency levels")
     p.add_argument("--prompts-file", help='JSONL with {"prompt": ...} per line (default: 32 '
                                           "built-in prompts)")
@@ -77,9 +111,8 @@ def plugin_env(algorithm: str, environ=os.environ) -> dict[str, str]:
 
 def _check(args) -> tuple[list[str], list[int]]:
     algorithms = bench.parse_list(args.algorithms, name="--algorithms")
-    unknown = [a for a in algorithms if a not in bench.ALGORITHMS]
-    if unknown:
-        raise DFlashError(f"unknown --algorithms {unknown}; choose from {', '.join(bench.ALGORITHMS)}")
+    for algorithm in algorithms:
+        parse_algorithm(algorithm)
     try:
         levels = bench.parse_list(args.concurrency, int, "--concurrency")
     except ValueError:
@@ -112,11 +145,12 @@ def run(args) -> int:
     base = replace(base, host="127.0.0.1", port=0)  # bench talks to 127.0.0.1 only
     output = Path(args.output)
     # "none" first: the other rows' speedups refer to it.
-    algorithms.sort(key=lambda a: bench.ALGORITHMS.index(a))
+    algorithms.sort(key=lambda a: bench.ALGORITHMS.index(parse_algorithm(a)[0]))
     resolved = {}
     for algorithm in algorithms:  # every configuration is checked before any server starts
-        opts = replace(base, speculative_algorithm=SPEC_ALGORITHM[algorithm])
-        if SPEC_ALGORITHM[algorithm] != "DFLASH":  # the drafter settings are for the DFlash rows
+        spec = SPEC_ALGORITHM[parse_algorithm(algorithm)[0]]
+        opts = replace(base, speculative_algorithm=spec)
+        if spec != "DFLASH":  # the drafter settings are for the DFlash rows
             opts = replace(opts, speculative_draft_model_path=None, speculative_num_draft_tokens=None)
         resolved[algorithm] = flags.resolve(opts)
     try:
@@ -185,8 +219,10 @@ def _run_interleaved(algorithms, resolved, prompts, levels, args, output: Path):
 def _started(algorithm, opts, args, output: Path):
     """One server configuration, ready; stopped on exit."""
     launch = flags.vllm_launch(replace(opts, port=free_port()))
-    launch.env.update(plugin_env(algorithm))
-    log = output.with_name(f"{output.stem}.{algorithm}.log")
+    name, settings = parse_algorithm(algorithm)
+    launch.env.update(plugin_env(name))
+    launch.env.update(settings)
+    log = output.with_name(f"{output.stem}.{_file_safe(algorithm)}.log")
     print(f"[bench] {algorithm}: starting server (log: {log})", file=sys.stderr, flush=True)
     server = Server(launch, log_path=log).start()
     try:

@@ -259,8 +259,18 @@ def test_bench_plugin_switch(monkeypatch):
     assert plugin_env("dflash", {"VLLM_PLUGINS": "other"}) == {"VLLM_PLUGINS": "other,dflash"}
 
 
+def test_bench_plugin_variants_carry_their_own_settings():
+    from dflash_plugin.commands.bench import parse_algorithm
+    assert parse_algorithm("dflash") == ("dflash", {})
+    assert parse_algorithm("dflash-native") == ("dflash-native", {})
+    assert parse_algorithm("dflash[DFLASH_COST_FIT=off; DFLASH_RATE_GUARD=off]") == (
+        "dflash", {"DFLASH_COST_FIT": "off", "DFLASH_RATE_GUARD": "off"})
+
+
 @pytest.mark.parametrize("argv, message", [
-    (["--algorithms", "none,eagle"], "unknown --algorithms ['eagle']"),
+    (["--algorithms", "none,eagle"], "unknown --algorithms entry 'eagle'"),
+    (["--algorithms", "ngram[DFLASH_COST_FIT=off]"], "only the plugin's rows"),
+    (["--algorithms", "dflash[VLLM_PLUGINS=x]"], "is not DFLASH_NAME=value"),
     (["--concurrency", "1,x"], "comma list of integers"),
     (["--concurrency", "0"], ">= 1"),
     (["--max-tokens", "0"], "--max-tokens must be >= 1"),

@@ -120,3 +120,42 @@ def test_stats_interval_from_the_environment(monkeypatch):
     monkeypatch.setenv(STATS_EVERY_ENV, "-5")
     with pytest.raises(ValueError, match="DFLASH_STATS_EVERY='-5'"):
         stats_every_from_env()
+
+
+def test_the_cost_fit_gets_each_clean_step_with_the_tokens_the_target_processed():
+    from dflash_plugin.step_costs import StepCostFit
+
+    class RecordingFit(StepCostFit):
+        def __init__(self):
+            super().__init__(CPU_COSTS)
+            self.steps = []
+
+        def record(self, batch, target_tokens, drafted, seconds):
+            self.steps.append((batch, target_tokens, drafted, round(seconds, 6)))
+            return super().record(batch, target_tokens, drafted, seconds)
+
+    fit = RecordingFit()
+    drafting = Drafting(DraftPolicy(PolicyMode.ADAPTIVE, CPU_COSTS, BLOCK, cost_fit=fit))
+    drafting.clock = FakeClock()
+    step(drafting, [1, 1])
+    drafting.skipped(2)
+    drafting.clock.now = 0.1
+    step(drafting, [1, 1], rejected=[0, 0])
+    drafting.select(torch.tensor([[5, 6, 7, 8], [5, 6, 7, 8]]), torch.tensor([1, 2]))
+    drafting.clock.now = 0.3
+    step(drafting, [5, 5], rejected=[1, 3])  # both verified 4 drafts: 10 target tokens
+    assert fit.steps == [(2, 2, False, 0.1), (2, 10, True, 0.2)]
+
+
+def test_cost_fit_switch_from_the_environment(monkeypatch):
+    from dflash_plugin.step_costs import StepCostFit
+    from vllm_ext.drafting import COST_FIT_ENV, cost_fit_from_env
+
+    monkeypatch.delenv(COST_FIT_ENV, raising=False)
+    assert cost_fit_from_env(CPU_COSTS) is None  # off by default
+    monkeypatch.setenv(COST_FIT_ENV, "on")
+    fit = cost_fit_from_env(CPU_COSTS)
+    assert isinstance(fit, StepCostFit) and fit.prior == CPU_COSTS
+    monkeypatch.setenv(COST_FIT_ENV, "maybe")
+    with pytest.raises(ValueError, match="DFLASH_COST_FIT='maybe'"):
+        cost_fit_from_env(CPU_COSTS)

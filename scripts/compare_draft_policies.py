@@ -1,0 +1,123 @@
+"""Draft policies side by side on the reference path: which one makes `dflash generate` fastest.
+
+On the same prompts, in one run, prompt by prompt (each prompt runs every variant once, in an
+order that rotates, so a busy machine slows them alike): plain decoding, DFlash verifying a
+fixed N-1 drafts, and the adaptive policy with its preset cost model, with the rate guard, with
+costs re-fitted from timed rounds (step_costs.py), and with both. Each variant keeps one decoder
+across prompts, as a server keeps its policy across requests. Reports tokens/s, speedup over
+plain, tokens per target pass, the fitted costs, and whether every output equals plain
+decoding's. Writes JSON.
+
+    python scripts/compare_draft_policies.py --prompts-file P.jsonl --dtype float32 --output F.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import torch
+
+from dflash_plugin.adaptive_decode import AdaptiveSpecDecoder
+from dflash_plugin.checkpoint import load_drafter
+from dflash_plugin.defaults import default_drafter_path
+from dflash_plugin.draft_vocab import restricted_to_draft_vocab
+from dflash_plugin.generate import SpecDecoder, generate_plain
+from dflash_plugin.prompt_io import encode_chat, read_prompts_file, stop_token_ids
+from dflash_plugin.sampling import SamplingParams
+from dflash_plugin.target import load_target
+
+DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
+VARIANTS = ("plain", "fixed", "preset", "preset+guard", "fit", "fit+guard")
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--prompts-file", required=True, help='JSONL with {"prompt": ...} or {"turns": [...]}')
+    p.add_argument("--draft", help="DFlash drafter folder (default: the shipped one)")
+    p.add_argument("--target", help="Hugging Face target folder (default: embedded SmolLM2-135M)")
+    p.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated, of {VARIANTS}")
+    p.add_argument("--fixed-n", type=int, default=4, help="fixed: tokens per verify pass incl. bonus")
+    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--dtype", choices=list(DTYPES), default="float32")
+    p.add_argument("--output", required=True, help="JSON results")
+    return p.parse_args()
+
+
+def build_variants(names, target, drafter, fixed_n):
+    decoders = {}
+    for name in names:
+        if name == "plain":
+            decoders[name] = None
+        elif name == "fixed":
+            decoders[name] = SpecDecoder(target, drafter, num_verify_tokens=fixed_n)
+        elif name in ("preset", "preset+guard", "fit", "fit+guard"):
+            decoders[name] = AdaptiveSpecDecoder(target, drafter, rate_guard=name.endswith("guard"),
+                                                 fit_costs=name.startswith("fit"))
+        else:
+            raise SystemExit(f"unknown variant {name!r}; expected some of {VARIANTS}")
+    return decoders
+
+
+def main():
+    args = parse_args()
+    names = [n.strip() for n in args.variants.split(",") if n.strip()]
+    if "plain" not in names:
+        names.insert(0, "plain")  # the reference for speedup and identity
+    dtype = DTYPES[args.dtype]
+    target, tokenizer = load_target(args.target, dtype=dtype)
+    folder = args.draft or default_drafter_path()
+    drafter = load_drafter(folder, dtype=dtype)
+    drafter = restricted_to_draft_vocab(drafter, target.get_output_embeddings().weight.data.to(dtype),
+                                        folder)
+    stops = stop_token_ids(tokenizer, getattr(target, "generation_config", None))
+    decoders = build_variants(names, target, drafter, args.fixed_n)
+    totals = {n: {"tokens": 0, "seconds": 0.0, "passes": 0, "identical": 0} for n in names}
+    records = read_prompts_file(args.prompts_file)
+    warm_up = torch.tensor([encode_chat(tokenizer, [{"role": "user", "content": "Hello!"}])])
+    for decoder in decoders.values():  # first calls pay one-off costs (allocations, kernels)
+        if decoder is not None:
+            decoder.generate(warm_up, 8, SamplingParams(), 0, stops)
+    generate_plain(target, warm_up, 8, SamplingParams(), 0, stops)
+    for index, record in enumerate(records):
+        ids = torch.tensor([encode_chat(tokenizer, [{"role": "user", "content": record["turns"][0]}])])
+        order = names[index % len(names):] + names[:index % len(names)]
+        outputs = {}
+        for name in order:
+            decoder = decoders[name]
+            began = time.perf_counter()
+            if decoder is None:
+                result = generate_plain(target, ids, args.max_new_tokens, SamplingParams(), 0, stops)
+            else:
+                result = decoder.generate(ids, args.max_new_tokens, SamplingParams(), 0, stops)
+            seconds = time.perf_counter() - began
+            outputs[name] = result.token_ids
+            totals[name]["tokens"] += len(result.token_ids)
+            totals[name]["seconds"] += seconds
+            totals[name]["passes"] += result.num_target_passes
+        for name in names:
+            totals[name]["identical"] += outputs[name] == outputs["plain"]
+        print(f"prompt {index + 1}/{len(records)}: " + ", ".join(
+            f"{n} {totals[n]['tokens'] / totals[n]['seconds']:.1f}" for n in names), flush=True)
+    plain_rate = totals["plain"]["tokens"] / totals["plain"]["seconds"]
+    rows = []
+    for name in names:
+        t = totals[name]
+        rate = t["tokens"] / t["seconds"]
+        row = {"variant": name, "tokens_per_s": round(rate, 2), "speedup": round(rate / plain_rate, 3),
+               "tokens_per_pass": round(t["tokens"] / max(t["passes"], 1), 3),
+               "identical": f"{t['identical']}/{len(records)}"}
+        decoder = decoders[name]
+        if isinstance(decoder, AdaptiveSpecDecoder) and decoder.policy.cost_fit is not None:
+            row["fitted_costs"] = {k: round(v, 4) for k, v in vars(decoder.policy.costs).items()}
+        rows.append(row)
+        print(json.dumps(row))
+    with open(args.output, "w") as f:
+        json.dump({"prompts_file": args.prompts_file, "max_new_tokens": args.max_new_tokens,
+                   "dtype": args.dtype, "fixed_n": args.fixed_n, "rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
