@@ -3,9 +3,10 @@
 
 Each round the drafter fills its whole block as usual; the policy then picks how many of its
 drafts the target verifies (0 to block-1) from the drafts' top-1 probabilities, calibrated by
-what verification has accepted so far, and from the step costs. Where timed rounds show
-drafting slower than plain decoding, the policy skips the draft pass: the round is a plain
-target step, and the features of the skipped positions wait in `_pending_context` until the
+what verification has accepted so far, and from the step costs. Where the drafts are not
+expected to pay for the draft pass (or, with a rate guard, where timed rounds show drafting
+slower than plain decoding), the policy skips the draft pass: the round is a plain target
+step, and the features of the skipped positions wait in `_pending_context` until the
 next draft pass writes them to the drafter's cache (so its context is never stale).
 Which drafts are verified never changes the emitted tokens: verification is the same as
 SpecDecoder's, lossless at any length.
@@ -38,14 +39,14 @@ class AdaptiveSpecDecoder(SpecDecoder):
 
     One decoder keeps its policy across requests, so calibration and step timings carry over
     from prompt to prompt as they do inside a serving engine. rate_guard: True (a new guard),
-    a RateGuard to share, or None. fit_costs: re-fit the cost model from the timed rounds
-    (step_costs.py), starting from `costs`. With neither, the preset cost model alone decides:
-    reproducible verify lengths.
+    a RateGuard to share, or None (the default, as in the vLLM plugin). fit_costs: re-fit the
+    cost model from the timed rounds (step_costs.py), starting from `costs`. With neither, the
+    preset cost model alone decides: reproducible verify lengths.
     """
 
     def __init__(self, target: nn.Module, drafter: DFlashDraftModel, block_size: int | None = None,
                  num_verify_tokens: int | None = None, costs: CostModel | None = None,
-                 rate_guard: RateGuard | None | bool = True, fit_costs: bool = False):
+                 rate_guard: RateGuard | None | bool = None, fit_costs: bool = False):
         super().__init__(target, drafter, block_size, num_verify_tokens)
         if costs is None:
             on_cpu = next(target.parameters()).device.type == "cpu"

@@ -113,12 +113,12 @@ def install_propose_patch() -> bool:
             drafting.skipped(batch)
             self.num_speculative_tokens = num_speculative_tokens  # as the original does first
             self._last_draft_probs = None
-            _store_context_only(self, drafting.deferred_context, target_token_ids,
+            _store_context_only(self, drafting, target_token_ids,
                                 target_positions, target_hidden_states, next_token_ids, cad,
                                 num_rejected_tokens_gpu)
             return [[] for _ in range(batch)]
         if drafting.deferred_context is not None:
-            drafting.deferred_context.flush(self.model)  # the draft pass reads that context
+            drafting.flush_context(self.model)  # the draft pass reads that context
         _prefer_drafter_top_tokens(self)
         with drafting.collecting_confidence():
             drafts = original(self, *args)
@@ -155,14 +155,16 @@ def _drafting_of(proposer):
     return getattr(model, "dflash_drafting", None)
 
 
-def _store_context_only(proposer, deferred, target_token_ids, target_positions,
+def _store_context_only(proposer, drafting, target_token_ids, target_positions,
                         target_hidden_states, next_token_ids, cad, num_rejected_tokens_gpu):
     """What the original propose does before its query pass: project the new target features
-    to draft context K/V and write them to the draft layers' cache. With `deferred`, only the
-    positions and cache slots are computed now (vLLM's own kernel, which also handles rejected
-    drafts); the projection and the write wait in the queue (vllm_ext.context_store)."""
+    to draft context K/V and write them to the draft layers' cache. With deferred writes
+    (`drafting.deferred_context`), only the positions and cache slots are computed now (vLLM's
+    own kernel, which also handles rejected drafts); the projection and the write wait in the
+    queue (vllm_ext.context_store)."""
+    deferred = drafting.deferred_context
     if deferred is not None and not _has_context_buffers(proposer):
-        deferred.flush(proposer.model)
+        drafting.flush_context(proposer.model)
         deferred = None
     features = (target_hidden_states if deferred is not None
                 else proposer.model.combine_hidden_states(target_hidden_states))
@@ -182,7 +184,7 @@ def _store_context_only(proposer, deferred, target_token_ids, target_positions,
     kept = target_hidden_states if target_hidden_states._base is None \
         else target_hidden_states.clone()
     if deferred.add(kept, positions, slots):
-        deferred.flush(proposer.model)
+        drafting.flush_context(proposer.model)
 
 
 def _has_context_buffers(proposer) -> bool:

@@ -41,9 +41,9 @@ def add_arguments(p):
     p.add_argument("--draft-policy", choices=["adaptive", "fixed"], default="adaptive",
                    help="DFLASH: adaptive verifies, each round, the drafts worth their cost "
                         "(from the drafter's confidence, calibrated by what was accepted, and "
-                        "timed rounds; possibly none, skipping the draft pass where drafting is "
-                        "measured slower than plain decoding), as the vLLM plugin does; fixed "
-                        "always verifies N-1 drafts")
+                        "the step costs; possibly none, skipping the draft pass where no draft "
+                        "is expected to pay for it), as the vLLM plugin does; fixed always "
+                        "verifies N-1 drafts")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--dtype", choices=list(DTYPES), default="bfloat16")
     p.add_argument("--draft-vocab", choices=["auto", "full"], default="auto",

@@ -66,8 +66,10 @@ def test_rate_guard_switch_from_the_environment(monkeypatch):
     from vllm_ext.drafting import RATE_GUARD_ENV, rate_guard_from_env
 
     monkeypatch.delenv(RATE_GUARD_ENV, raising=False)
-    assert isinstance(rate_guard_from_env(), RateGuard)  # on by default
-    monkeypatch.setenv(RATE_GUARD_ENV, "OFF")
+    assert rate_guard_from_env() is None  # off by default
+    monkeypatch.setenv(RATE_GUARD_ENV, "ON")
+    assert isinstance(rate_guard_from_env(), RateGuard)
+    monkeypatch.setenv(RATE_GUARD_ENV, "off")
     assert rate_guard_from_env() is None
     monkeypatch.setenv(RATE_GUARD_ENV, "sometimes")
     with pytest.raises(ValueError, match="DFLASH_RATE_GUARD='sometimes'"):
@@ -159,3 +161,32 @@ def test_cost_fit_switch_from_the_environment(monkeypatch):
     monkeypatch.setenv(COST_FIT_ENV, "maybe")
     with pytest.raises(ValueError, match="DFLASH_COST_FIT='maybe'"):
         cost_fit_from_env(CPU_COSTS)
+
+
+def test_held_context_writes_are_left_out_of_the_step_that_flushes_them():
+    """The draft pass flushes every context write held while drafting was off; timing that
+    backlog as part of the drafted step would make drafting look slower the longer it was off."""
+
+    class SlowQueue:
+        def __init__(self, clock):
+            self.clock = clock
+
+        def flush(self, drafter):
+            self.clock.now += 0.5  # a long backlog
+
+    drafting, guard = make_drafting()
+    drafting.deferred_context = SlowQueue(drafting.clock)
+    step(drafting, [1, 1])
+    drafting.skipped(2)
+    drafting.clock.now = 0.1
+    step(drafting, [1, 1], rejected=[0, 0])
+    drafting.flush_context(drafter=None)  # before the draft pass: 0.1 -> 0.6
+    drafting.select(torch.tensor([[5, 6, 7, 8], [5, 6, 7, 8]]), torch.tensor([1, 2]))
+    drafting.clock.now = 0.8
+    step(drafting, [5, 5], rejected=[1, 3])
+    assert guard.arm(2, True).rate == pytest.approx((2 + 8 - 4) / 0.2)  # not / 0.7
+    drafting.skipped(2)
+    drafting.clock.now = 0.9
+    step(drafting, [1, 1])
+    plain = guard.arm(2, False)  # the next plain step is timed whole again
+    assert plain.samples == 2 and plain.rate == pytest.approx(20.0)

@@ -110,7 +110,7 @@ def worker_calls():
 
         drafting = worker.model_runner.drafter.model.dflash_drafting
         old = drafting.policy
-        guard = RateGuard() if mode == "adaptive" else None  # a fresh one, as in production
+        guard = RateGuard() if mode == "adaptive" else None  # as with DFLASH_RATE_GUARD=on
         drafting.policy = DraftPolicy(PolicyMode(mode), old.costs, old.block, rate_guard=guard)
 
     def timed_steps(worker):
