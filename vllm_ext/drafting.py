@@ -8,10 +8,9 @@ Environment (read in the worker when the drafter is built):
   DFLASH_COST_MODEL   = "verify_per_token=0.09,draft_fixed=0.15,..." overrides fields of the
                         platform's preset (draft_policy.CPU_COSTS / CUDA_COSTS)
   DFLASH_RATE_GUARD   = off (default) | on: time real steps and stop drafting where it is
-                        measured slower than plain decoding (rate_guard.py); off by default since
-                        with it the plugin ran at 0.87x plain at concurrency 1 against 1.08x
-                        without (README, vLLM benchmark); "off" leaves the choice to the cost
-                        model alone, reproducible from run to run
+                        measured slower than plain decoding (rate_guard.py); off, the cost model
+                        alone decides, reproducible from run to run (the README's vLLM benchmark
+                        says why off is the default)
   DFLASH_COST_FIT     = off (default) | on: re-fit the cost model from the timed steps, starting
                         from the preset (step_costs.py); experimental, not shown to help yet
   DFLASH_DRAFT_VOCAB  = auto (default) | full: with "auto", a drafter folder that carries its

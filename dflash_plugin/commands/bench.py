@@ -12,7 +12,7 @@ next to it, and each server's log as <stem>.<algorithm>.log. The model flags are
 `dflash serve` (including --config and pass-through engine arguments).
 
 A plugin row can carry its own DFLASH_* settings, to compare them side by side in one run:
-`--algorithms 'none,dflash,dflash[DFLASH_COST_FIT=off;DFLASH_RATE_GUARD=off]'` starts one plugin
+`--algorithms 'none,dflash,dflash[DFLASH_RATE_GUARD=on;DFLASH_COST_FIT=on]'` starts one plugin
 server per variant; its rows are named as written.
 """
 
@@ -68,7 +68,7 @@ def parse_algorithm(text: str) -> tuple[str, dict[str, str]]:
 def add_arguments(p):
     p.add_argument("--algorithms", default=",".join(bench.ALGORITHMS),
                    help=f"comma list from {', '.join(bench.ALGORITHMS)}; a plugin row may set "
-                        "its own DFLASH_* variables: 'dflash[DFLASH_COST_FIT=off;...]'")
+                        "its own DFLASH_* variables: 'dflash[DFLASH_RATE_GUARD=on;...]'")
     p.add_argument("--concurrency", default="1,4,16,32", help="comma list of concurrency levels")
     p.add_argument("--prompts-file", help='JSONL with {"prompt": ...} per line (default: 32 '
                                           "built-in prompts)")
