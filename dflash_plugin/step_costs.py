@@ -11,9 +11,10 @@ slowly, so they can be learnt from the steps the engine runs anyway:
 (target_tokens: tokens the target processed, i.e. the batch plus the drafts it verified;
 drafted: the step ran a draft pass.) The fit is ridge regression towards the preset, scaled
 to seconds by the first steps' timings and worth about one step, so that what the data cannot
-tell apart (at batch 1 the two draft terms are one) takes the smallest change to the preset. Old steps are forgotten slowly (longer
-contexts, other load), and one step's time is clipped at a few times the model's prediction so
-a stall of the machine cannot drag the fit. Engine-free, like the policy it feeds.
+tell apart (at batch 1 the two draft terms are one) takes the smallest change to the preset.
+Old steps are forgotten slowly (longer contexts, other load), and one step's time is clipped at
+`max_ratio` (2) times the fit's prediction so a stall of the machine cannot drag the fit.
+Engine-free, like the policy it feeds.
 """
 
 from __future__ import annotations
@@ -95,10 +96,10 @@ class StepCostFit:
         coef = torch.linalg.solve(self._prior_precision + self._gram,
                                   self._prior_precision @ prior_coef + self._moment)
         coef = coef.clamp(min=0.0)
-        if float(coef[0] + coef[1]) <= 0:
+        unit = float(coef[0] + coef[1])  # one plain step of one request, in seconds
+        if unit <= 0:
             return False  # no usable fit yet: keep the last costs
         self._coef = coef
-        unit = float(coef[0] + coef[1])  # one plain step of one request, in seconds
         fixed, per_token, draft_fixed, draft_per_request = (coef / unit).tolist()
         costs = replace(self.prior, verify_fixed=fixed, verify_per_token=per_token,
                         draft_fixed=draft_fixed, draft_per_request=draft_per_request)
