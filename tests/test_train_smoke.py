@@ -146,3 +146,41 @@ def test_continue_from_a_full_vocabulary_export_trains_with_the_reduced_head(sto
     assert torch.equal(again.drafter.layers[0].mlp.up_proj.weight,
                        first.drafter.layers[0].mlp.up_proj.weight)
     again.run()
+
+
+def test_deepened_drafter_drafts_exactly_like_the_shallow_one(smollm_bf16):
+    from dflash_plugin.train.deepen import deepen_drafter
+    from core_helpers import make_drafter
+
+    model, _ = smollm_bf16
+    shallow = make_drafter(model, num_draft_layers=2, dtype=torch.float32)
+    for layer in shallow.layers:  # trained-looking weights, not the init's near-zero ones
+        for param in layer.parameters():
+            param.data.normal_(0, 0.05)
+    deeper = deepen_drafter(shallow, 4).eval()
+    assert len(deeper.layers) == 4 and deeper.config.num_hidden_layers == 4
+    assert len(deeper.config.layer_types) == 4
+    torch.manual_seed(1)
+    block = torch.randn(1, 16, 576)
+    context = shallow.fuse_context(torch.randn(1, 12, shallow.fc.in_features))
+    args = (block, context, torch.arange(12, 28)[None], torch.arange(12)[None])
+    assert torch.equal(shallow(*args), deeper(*args))
+    # The new layers are real layers (copies of the last one), not frozen zeros: training moves them.
+    assert torch.equal(deeper.layers[3].self_attn.q_proj.weight,
+                       shallow.layers[1].self_attn.q_proj.weight)
+    assert deeper.layers[3].self_attn.o_proj.weight.requires_grad
+    with pytest.raises(ValueError, match="cannot deepen a 2-layer drafter to 1"):
+        deepen_drafter(shallow, 1)
+
+
+def test_continue_from_a_shallower_checkpoint_grows_it(store, tmp_path, smollm_bf16):
+    model, _ = smollm_bf16
+    first = Trainer(_config(store, tmp_path / "a", max_steps=2), model)
+    first.run()
+    grown = Trainer(_config(store, tmp_path / "b", max_steps=3, num_draft_layers=2,
+                            init_from=str(tmp_path / "a" / "checkpoint")), model)
+    assert len(grown.drafter.layers) == 2
+    assert not grown.drafter.layers[1].mlp.down_proj.weight.any()
+    grown.run()
+    assert grown.drafter.layers[1].mlp.down_proj.weight.any()  # it learnt, away from identity
+    assert len(load_drafter(tmp_path / "b" / "checkpoint").layers) == 2

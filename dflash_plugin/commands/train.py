@@ -43,7 +43,9 @@ def add_arguments(p):
                    help="train stage: run the target on each sequence as training reaches it "
                         "instead of reading the features stage's store (no disk; the same cost "
                         "for about one epoch, dearer for more)")
-    p.add_argument("--init-from", help="continue from this drafter checkpoint (fresh schedule)")
+    p.add_argument("--init-from", help="continue from this drafter checkpoint (fresh schedule); "
+                   "one with fewer layers than --num-draft-layers is grown by layers that start "
+                   "as the identity")
     p.add_argument("--max-steps", type=int, help="stop after this many steps (schedule unchanged)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--eval-max-new-tokens", type=int, default=128)

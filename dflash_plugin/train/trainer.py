@@ -25,6 +25,7 @@ from dflash_plugin.draft_vocab import reduced_head, with_reduced_vocabulary
 from dflash_plugin.drafter import DFlashDraftModel
 from dflash_plugin.layout import default_gamma
 from dflash_plugin.train.batches import leading_matches, make_block_batch, sample_anchors
+from dflash_plugin.train.deepen import deepen_drafter
 from dflash_plugin.train.feature_store import FeatureSource, FeatureStore, OnlineFeatures
 
 STATE_FILE = "train_state.pt"
@@ -146,6 +147,9 @@ class Trainer:
             self.drafter = load_drafter(ckpt, dtype=torch.float32).train()
         elif cfg.init_from:
             self.drafter = load_drafter(cfg.init_from, dtype=torch.float32).train()
+            if len(self.drafter.layers) < cfg.num_draft_layers:
+                # A shallower drafter to grow: the added layers start as the identity.
+                self.drafter = deepen_drafter(self.drafter, cfg.num_draft_layers)
             check_continuation(self.drafter, cfg, self.store)
             if cfg.draft_vocab_size and self.drafter.lm_head is None:
                 # An exported (full-vocabulary) drafter: train with the reduced head again.
