@@ -106,3 +106,24 @@ def restricted_to_draft_vocab(drafter: DFlashDraftModel, target_lm_head: torch.T
         return drafter
     return with_reduced_vocabulary(drafter, target_lm_head, ids).to(
         device=drafter.fc.weight.device).eval()
+
+
+def load_drafter_for_target(target, folder: str | Path | None = None,
+                            dtype: torch.dtype = torch.bfloat16,
+                            draft_vocab: str = "auto") -> DFlashDraftModel:
+    """The drafter in `folder` (default: the shipped one) ready to draft for `target`.
+
+    draft_vocab "auto" drafts over the folder's training vocabulary when it keeps one (a cheaper
+    draft LM head); "full" over the target's whole vocabulary.
+    """
+    from dflash_plugin.checkpoint import load_drafter
+    from dflash_plugin.defaults import default_drafter_path
+
+    if draft_vocab not in ("auto", "full"):
+        raise ValueError(f"draft_vocab must be 'auto' or 'full', not {draft_vocab!r}")
+    folder = folder or default_drafter_path()
+    drafter = load_drafter(folder, dtype=dtype)
+    if draft_vocab == "full":
+        return drafter
+    head = target.get_output_embeddings().weight.data.to(dtype)
+    return restricted_to_draft_vocab(drafter, head, folder)

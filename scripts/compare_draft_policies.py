@@ -20,15 +20,12 @@ import time
 import torch
 
 from dflash_plugin.adaptive_decode import AdaptiveSpecDecoder
-from dflash_plugin.checkpoint import load_drafter
-from dflash_plugin.defaults import default_drafter_path
-from dflash_plugin.draft_vocab import restricted_to_draft_vocab
+from dflash_plugin.draft_vocab import load_drafter_for_target
 from dflash_plugin.generate import SpecDecoder, generate_plain
 from dflash_plugin.prompt_io import encode_chat, read_prompts_file, stop_token_ids
 from dflash_plugin.sampling import SamplingParams
-from dflash_plugin.target import load_target
+from dflash_plugin.target import TORCH_DTYPES, load_target
 
-DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
 VARIANTS = ("plain", "fixed", "preset", "preset+guard", "fit", "fit+guard")
 
 
@@ -41,7 +38,7 @@ def parse_args():
     p.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated, of {VARIANTS}")
     p.add_argument("--fixed-n", type=int, default=4, help="fixed: tokens per verify pass incl. bonus")
     p.add_argument("--max-new-tokens", type=int, default=128)
-    p.add_argument("--dtype", choices=list(DTYPES), default="float32")
+    p.add_argument("--dtype", choices=list(TORCH_DTYPES), default="float32")
     p.add_argument("--output", required=True, help="JSON results")
     return p.parse_args()
 
@@ -66,12 +63,9 @@ def main():
     names = [n.strip() for n in args.variants.split(",") if n.strip()]
     if "plain" not in names:
         names.insert(0, "plain")  # the reference for speedup and identity
-    dtype = DTYPES[args.dtype]
+    dtype = TORCH_DTYPES[args.dtype]
     target, tokenizer = load_target(args.target, dtype=dtype)
-    folder = args.draft or default_drafter_path()
-    drafter = load_drafter(folder, dtype=dtype)
-    drafter = restricted_to_draft_vocab(drafter, target.get_output_embeddings().weight.data.to(dtype),
-                                        folder)
+    drafter = load_drafter_for_target(target, args.draft, dtype)
     stops = stop_token_ids(tokenizer, getattr(target, "generation_config", None))
     decoders = build_variants(names, target, drafter, args.fixed_n)
     totals = {n: {"tokens": 0, "seconds": 0.0, "passes": 0, "identical": 0} for n in names}

@@ -60,3 +60,17 @@ def test_reduced_logits_are_the_full_heads_rows_and_minus_inf_elsewhere():
     torch.testing.assert_close(torch.softmax(small, -1),
                                torch.softmax(to_full_vocabulary(small, ids, 50), -1)[:, ids])
     assert torch.equal(ids[small.argmax(-1)], to_full_vocabulary(small, ids, 50).argmax(-1))
+
+
+def test_the_shipped_drafter_loads_for_the_target_with_either_vocabulary(smollm_bf16):
+    from dflash_plugin.draft_vocab import load_drafter_for_target
+
+    target, _ = smollm_bf16
+    reduced = load_drafter_for_target(target)  # "auto": the folder keeps its training vocabulary
+    assert reduced.lm_head is not None and reduced.d2t.numel() < target.config.vocab_size
+    rows = target.get_output_embeddings().weight.data[reduced.to_target_ids(torch.arange(5))]
+    assert torch.equal(reduced.lm_head.weight.data[:5], rows)
+    full = load_drafter_for_target(target, draft_vocab="full")
+    assert full.lm_head is None
+    with pytest.raises(ValueError, match="'auto' or 'full'"):
+        load_drafter_for_target(target, draft_vocab="reduced")

@@ -11,9 +11,9 @@ from tqdm import tqdm
 
 from dflash_plugin.errors import DFlashError
 from dflash_plugin.sampling import SamplingParams
+from dflash_plugin.target import TORCH_DTYPES
 
 HELP = "generate text with or without DFlash speculation (reference path)"
-DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
 
 
 def add_arguments(p):
@@ -45,7 +45,7 @@ def add_arguments(p):
                         "is expected to pay for it), as the vLLM plugin does; fixed always "
                         "verifies N-1 drafts")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--dtype", choices=list(DTYPES), default="bfloat16")
+    p.add_argument("--dtype", choices=list(TORCH_DTYPES), default="bfloat16")
     p.add_argument("--draft-vocab", choices=["auto", "full"], default="auto",
                    help="auto: draft over the drafter's training vocabulary when its folder "
                         "keeps one (draft_vocab.json; a cheaper draft LM head); full: the "
@@ -55,16 +55,10 @@ def add_arguments(p):
 
 def build_decoder(args, target):
     """A callable (input_ids, max_new, sampling, seed, stops) -> GenerationResult."""
-    from dflash_plugin.checkpoint import load_drafter
-    from dflash_plugin.defaults import default_drafter_path
+    from dflash_plugin.draft_vocab import load_drafter_for_target
     from dflash_plugin.generate import SpecDecoder
 
-    folder = args.draft or default_drafter_path()
-    drafter = load_drafter(folder, dtype=DTYPES[args.dtype])
-    if args.draft_vocab == "auto":  # draft over the training vocabulary: a cheaper LM head
-        from dflash_plugin.draft_vocab import restricted_to_draft_vocab
-        drafter = restricted_to_draft_vocab(
-            drafter, target.get_output_embeddings().weight.data.to(DTYPES[args.dtype]), folder)
+    drafter = load_drafter_for_target(target, args.draft, TORCH_DTYPES[args.dtype], args.draft_vocab)
     if args.speculative_algorithm == "DDTREE":
         from dflash_plugin.tree_decode import TreeDecoder
         return TreeDecoder(target, drafter, budget=args.tree_budget, block_size=args.block_size).generate
@@ -118,7 +112,7 @@ def run(args) -> int:
     if args.max_new_tokens < 1:
         raise DFlashError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
     records = read_prompts_file(args.prompts_file) if args.prompts_file else [{"turns": [args.prompt]}]
-    target, tokenizer = load_target(args.target, dtype=DTYPES[args.dtype])
+    target, tokenizer = load_target(args.target, dtype=TORCH_DTYPES[args.dtype])
     stops = stop_token_ids(tokenizer, getattr(target, "generation_config", None))
     plain = lambda ids, n, s, seed, stop: generate_plain(target, ids, n, s, seed, stop)  # noqa: E731
     decode = plain if args.no_speculation else build_decoder(args, target)
