@@ -29,7 +29,7 @@ from dflash_plugin.draft_policy import (
 )
 from dflash_plugin.drafter import DFlashDraftModel
 from dflash_plugin.generate import GenerationResult, SpecDecoder
-from dflash_plugin.rate_guard import RateGuard
+from dflash_plugin.rate_guard import RateGuard, WindowGuard
 from dflash_plugin.sampling import SamplingParams
 from dflash_plugin.step_costs import StepCostFit
 
@@ -39,14 +39,16 @@ class AdaptiveSpecDecoder(SpecDecoder):
 
     One decoder keeps its policy across requests, so calibration and step timings carry over
     from prompt to prompt as they do inside a serving engine. rate_guard: True (a new guard),
-    a RateGuard to share, or None (the default, as in the vLLM plugin). fit_costs: re-fit the
+    a RateGuard to share, or None (the default, as in the vLLM plugin); window_guard: a
+    WindowGuard (A/B windows of drafting on and off) or None. fit_costs: re-fit the
     cost model from the timed rounds (step_costs.py), starting from `costs`. With neither, the
     preset cost model alone decides: reproducible verify lengths.
     """
 
     def __init__(self, target: nn.Module, drafter: DFlashDraftModel, block_size: int | None = None,
                  num_verify_tokens: int | None = None, costs: CostModel | None = None,
-                 rate_guard: RateGuard | None | bool = None, fit_costs: bool = False):
+                 rate_guard: RateGuard | None | bool = None, fit_costs: bool = False,
+                 window_guard: WindowGuard | None = None):
         super().__init__(target, drafter, block_size, num_verify_tokens)
         if costs is None:
             on_cpu = next(target.parameters()).device.type == "cpu"
@@ -54,7 +56,8 @@ class AdaptiveSpecDecoder(SpecDecoder):
         guard = RateGuard() if rate_guard is True else (rate_guard or None)
         self.policy = DraftPolicy(PolicyMode.ADAPTIVE, costs, block=self.num_verify_tokens - 1,
                                   rate_guard=guard,
-                                  cost_fit=StepCostFit(costs) if fit_costs else None)
+                                  cost_fit=StepCostFit(costs) if fit_costs else None,
+                                  window_guard=window_guard)
         self._pending_context: torch.Tensor | None = None  # fused features not yet drafted on
         self._no_drafts = torch.zeros(0, dtype=torch.long)
         self.clock = time.perf_counter

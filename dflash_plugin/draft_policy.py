@@ -17,7 +17,8 @@ tokens are emitted: verification stays lossless for any K_i.
 
 The preset cost model is an estimate. With a `StepCostFit` the policy re-fits it from the
 engine's timed steps (step_costs.py); with a `RateGuard` it also stops drafting where drafted
-steps are measured slower than plain ones (rate_guard.py).
+steps are measured slower than plain ones, and with a `WindowGuard` where windows of decoding
+with drafting on are measured slower than windows with it off (rate_guard.py).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from dflash_plugin.rate_guard import RateGuard, batch_bucket
+from dflash_plugin.rate_guard import RateGuard, WindowGuard, batch_bucket
 
 if TYPE_CHECKING:
     from dflash_plugin.step_costs import StepCostFit
@@ -187,7 +188,7 @@ class DraftPolicy:
                  prior_acceptance: float = 0.7, smoothing: float = 0.1,
                  explore_every: int = 32, rate_guard: RateGuard | None = None,
                  probe_every: int = 50, max_probe_every: int = 800,
-                 cost_fit: StepCostFit | None = None):
+                 cost_fit: StepCostFit | None = None, window_guard: WindowGuard | None = None):
         if block < 1:
             raise ValueError(f"draft block must be >= 1, got {block}")
         self.mode = mode
@@ -216,11 +217,15 @@ class DraftPolicy:
         self.cost_fit = cost_fit
         if cost_fit is not None:
             self.costs = cost_fit.costs
+        # A/B windows of drafting on and off, timed as a whole (adaptive mode): where "on" is
+        # measured slower, drafting runs only in its exploration windows.
+        self.window_guard = window_guard
 
     @property
     def times_steps(self) -> bool:
         """Whether the adapter should time its steps and hand them to `record_step`."""
-        return self.rate_guard is not None or self.cost_fit is not None
+        return (self.rate_guard is not None or self.cost_fit is not None
+                or self.window_guard is not None)
 
     def record_step(self, batch: int, target_tokens: int, emitted_tokens: int, drafted: bool,
                     seconds: float):
@@ -228,6 +233,8 @@ class DraftPolicy:
         target (batch + verified drafts), `emitted_tokens` emitted, a draft pass or not."""
         if self.rate_guard is not None:
             self.rate_guard.record(batch, drafted, emitted_tokens, seconds)
+        if self.window_guard is not None:
+            self.window_guard.record(batch, emitted_tokens, seconds)
         if self.cost_fit is not None and self.cost_fit.record(batch, target_tokens, drafted,
                                                               seconds):
             self.costs = self.cost_fit.costs
@@ -247,6 +254,8 @@ class DraftPolicy:
             return False
         if self.mode is not PolicyMode.ADAPTIVE:
             return True
+        if self.window_guard is not None and not self.window_guard.allows_drafting(batch):
+            return False
         guard = self.rate_guard
         if guard is not None:
             if guard.needs_plain_sample(batch):

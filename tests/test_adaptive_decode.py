@@ -9,7 +9,7 @@ from core_helpers import EOS, PROMPTS, chi_square_pvalue, exact_joint, make_draf
 
 from dflash_plugin.adaptive_decode import AdaptiveSpecDecoder
 from dflash_plugin.generate import generate_plain
-from dflash_plugin.rate_guard import RateGuard
+from dflash_plugin.rate_guard import RateGuard, WindowGuard
 from dflash_plugin.sampling import SamplingParams
 
 MAX_NEW = 48
@@ -45,10 +45,13 @@ def watch_draft_cache(decoder):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("guard", ["none", "alternating"])
+@pytest.mark.parametrize("guard", ["none", "alternating", "window"])
 def test_adaptive_greedy_matches_plain(target_f32, shipped_drafter_f32, chat_prompts, guard):
     rate_guard = AlternatingGuard() if guard == "alternating" else None
-    decoder = AdaptiveSpecDecoder(target_f32, shipped_drafter_f32, rate_guard=rate_guard)
+    # Windows of 4 rounds, the first ones alternating on and off while both arms are measured
+    window_guard = WindowGuard(window=4) if guard == "window" else None
+    decoder = AdaptiveSpecDecoder(target_f32, shipped_drafter_f32, rate_guard=rate_guard,
+                                  window_guard=window_guard)
     calls = watch_draft_cache(decoder)
     lengths = []  # drafts verified per draft pass
     choose = decoder.policy.choose
@@ -73,8 +76,10 @@ def test_adaptive_greedy_matches_plain(target_f32, shipped_drafter_f32, chat_pro
         accepted += spec.stats.accepted_tokens
     assert draft_passes > len(PROMPTS) and accepted > 0
     assert len(set(lengths)) > 1  # the verify length followed the drafts, not one fixed value
-    if guard == "alternating":
+    if guard != "none":
         assert plain_rounds > len(PROMPTS)  # the skip path ran, between draft passes
+    if guard == "window":
+        assert window_guard.arm(1, True).windows and window_guard.arm(1, False).windows
     assert decoder.policy.calibration.num_drafts_seen > 0  # verification fed the policy
 
 

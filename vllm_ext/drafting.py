@@ -7,10 +7,12 @@ Environment (read in the worker when the drafter is built):
   DFLASH_DRAFT_POLICY = adaptive (default) | full | off | stagger
   DFLASH_COST_MODEL   = "verify_per_token=0.09,draft_fixed=0.15,..." overrides fields of the
                         platform's preset (draft_policy.CPU_COSTS / CUDA_COSTS)
-  DFLASH_RATE_GUARD   = off (default) | on: time real steps and stop drafting where it is
-                        measured slower than plain decoding (rate_guard.py); off, the cost model
-                        alone decides, reproducible from run to run (the README's vLLM benchmark
-                        says why off is the default)
+  DFLASH_RATE_GUARD   = off (default) | on | window: time real steps and stop drafting where it
+                        is measured slower than plain decoding (rate_guard.py). "on" compares
+                        single drafted and plain steps (RateGuard); "window" compares windows of
+                        32 steps with drafting on and off, as wholes (WindowGuard). Off, the cost
+                        model alone decides, reproducible from run to run (the README's vLLM
+                        benchmark says why off is the default)
   DFLASH_COST_FIT     = off (default) | on: re-fit the cost model from the timed steps, starting
                         from the preset (step_costs.py); experimental, not shown to help yet
   DFLASH_DRAFT_VOCAB  = auto (default) | full: with "auto", a drafter folder that carries its
@@ -40,7 +42,7 @@ from dflash_plugin.draft_policy import (
     PolicyMode,
     parse_cost_model,
 )
-from dflash_plugin.rate_guard import RateGuard
+from dflash_plugin.rate_guard import RateGuard, WindowGuard
 from dflash_plugin.step_costs import StepCostFit
 from vllm_ext.context_store import DeferredContext
 
@@ -79,8 +81,22 @@ def switch_from_env(name: str, default: str = "on") -> bool:
     raise ValueError(f"{name}={value!r}: expected on or off")
 
 
+def rate_guard_kind_from_env() -> str:
+    """DFLASH_RATE_GUARD as "off", "step" (on) or "window"."""
+    value = os.environ.get(RATE_GUARD_ENV, "off").strip().lower()
+    kinds = {"off": "off", "0": "off", "false": "off", "on": "step", "1": "step", "true": "step",
+             "window": "window"}
+    if value not in kinds:
+        raise ValueError(f"{RATE_GUARD_ENV}={value!r}: expected off, on or window")
+    return kinds[value]
+
+
 def rate_guard_from_env() -> RateGuard | None:
-    return RateGuard() if switch_from_env(RATE_GUARD_ENV, default="off") else None
+    return RateGuard() if rate_guard_kind_from_env() == "step" else None
+
+
+def window_guard_from_env() -> WindowGuard | None:
+    return WindowGuard() if rate_guard_kind_from_env() == "window" else None
 
 
 def cost_fit_from_env(prior: CostModel) -> StepCostFit | None:
@@ -133,6 +149,10 @@ class StepCounts:
             ratios = {f"batch<{2 ** bucket}": round(ratio, 2)
                       for bucket, ratio in sorted(guard.speedups_by_bucket().items())}
             text += f"; rate guard drafted/plain speed {ratios or 'not measured yet'}"
+        if policy.window_guard is not None:
+            ratios = {f"batch<{2 ** bucket}": round(ratio, 2)
+                      for bucket, ratio in policy.window_guard.speedups_by_bucket().items()}
+            text += f"; window guard on/off speed {ratios or 'not measured yet'}"
         return text
 
 

@@ -35,6 +35,7 @@ from vllm_ext.drafting import (
     policy_mode_from_env,
     rate_guard_from_env,
     stats_every_from_env,
+    window_guard_from_env,
 )
 from vllm_ext.patches import install_propose_patch
 
@@ -76,7 +77,8 @@ class DFlashVllmDrafter(DFlashQwen3ForCausalLM):
                            spec.num_speculative_tokens, block - 1, block)
         costs = cost_model_from_env(current_platform.is_cpu())
         policy = DraftPolicy(policy_mode_from_env(), costs, block=spec.num_speculative_tokens,
-                             rate_guard=rate_guard_from_env(), cost_fit=cost_fit_from_env(costs))
+                             rate_guard=rate_guard_from_env(), cost_fit=cost_fit_from_env(costs),
+                             window_guard=window_guard_from_env())
         deferred = DeferredContext() if defer_context_from_env() else None
         self.dflash_drafting = Drafting(policy, stats_every_from_env(), deferred)
         if not install_propose_patch():

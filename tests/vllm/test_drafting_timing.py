@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from dflash_plugin.draft_policy import CPU_COSTS, DraftPolicy, PolicyMode
-from dflash_plugin.rate_guard import RateGuard
+from dflash_plugin.rate_guard import RateGuard, WindowGuard
 from vllm_ext.drafting import Drafting
 
 BLOCK = 4
@@ -62,8 +62,30 @@ def test_steps_where_requests_join_or_leave_are_not_timed():
     assert guard.arm(2, False).samples == 1
 
 
+def test_window_guard_pools_the_timed_steps_of_its_windows():
+    guard = WindowGuard(window=2)
+    drafting = Drafting(DraftPolicy(PolicyMode.ADAPTIVE, CPU_COSTS, BLOCK, window_guard=guard))
+    drafting.clock = FakeClock()
+    step(drafting, [1])
+    assert drafting.policy.should_draft(1)  # the first window is "on"
+    drafting.select(torch.tensor([[5, 6, 7, 8]]), torch.tensor([1]))  # all 4 drafts verified
+    drafting.clock.now = 0.2
+    step(drafting, [5], rejected=[2])  # 3 tokens in 0.2 s
+    assert drafting.policy.should_draft(1)
+    drafting.select(torch.tensor([[5, 6, 7, 8]]), torch.tensor([1]))
+    drafting.clock.now = 0.3
+    step(drafting, [5], rejected=[4])  # 1 token in 0.1 s: the window closes
+    assert guard.arm(1, True).windows == 1
+    assert guard.arm(1, True).rate == pytest.approx(4 / 0.3)
+    assert not drafting.policy.should_draft(1)  # the next window measures "off"
+    drafting.skipped(1)
+    drafting.clock.now = 0.35
+    step(drafting, [1], rejected=[0])
+    assert guard.arm(1, False).windows == 0  # half a window so far
+
+
 def test_rate_guard_switch_from_the_environment(monkeypatch):
-    from vllm_ext.drafting import RATE_GUARD_ENV, rate_guard_from_env
+    from vllm_ext.drafting import RATE_GUARD_ENV, rate_guard_from_env, window_guard_from_env
 
     monkeypatch.delenv(RATE_GUARD_ENV, raising=False)
     assert rate_guard_from_env() is None  # off by default
@@ -71,8 +93,13 @@ def test_rate_guard_switch_from_the_environment(monkeypatch):
     assert isinstance(rate_guard_from_env(), RateGuard)
     monkeypatch.setenv(RATE_GUARD_ENV, "off")
     assert rate_guard_from_env() is None
+    monkeypatch.setenv(RATE_GUARD_ENV, "window")
+    assert rate_guard_from_env() is None
+    assert isinstance(window_guard_from_env(), WindowGuard)
+    monkeypatch.setenv(RATE_GUARD_ENV, "on")
+    assert window_guard_from_env() is None
     monkeypatch.setenv(RATE_GUARD_ENV, "sometimes")
-    with pytest.raises(ValueError, match="DFLASH_RATE_GUARD='sometimes'"):
+    with pytest.raises(ValueError, match="DFLASH_RATE_GUARD='sometimes': expected off, on or window"):
         rate_guard_from_env()
 
 
