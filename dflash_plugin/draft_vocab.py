@@ -20,6 +20,8 @@ from pathlib import Path
 
 import torch
 
+from dflash_plugin.checkpoint import load_drafter
+from dflash_plugin.defaults import default_drafter_path
 from dflash_plugin.drafter import DFlashDraftModel
 from dflash_plugin.errors import CheckpointError, MismatchError
 
@@ -116,9 +118,6 @@ def load_drafter_for_target(target, folder: str | Path | None = None,
     draft_vocab "auto" drafts over the folder's training vocabulary when it keeps one (a cheaper
     draft LM head); "full" over the target's whole vocabulary.
     """
-    from dflash_plugin.checkpoint import load_drafter
-    from dflash_plugin.defaults import default_drafter_path
-
     if draft_vocab not in ("auto", "full"):
         raise ValueError(f"draft_vocab must be 'auto' or 'full', not {draft_vocab!r}")
     folder = folder or default_drafter_path()

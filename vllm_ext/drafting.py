@@ -84,11 +84,12 @@ def switch_from_env(name: str, default: str = "on") -> bool:
 def rate_guard_kind_from_env() -> str:
     """DFLASH_RATE_GUARD as "off", "step" (on) or "window"."""
     value = os.environ.get(RATE_GUARD_ENV, "off").strip().lower()
-    kinds = {"off": "off", "0": "off", "false": "off", "on": "step", "1": "step", "true": "step",
-             "window": "window"}
-    if value not in kinds:
-        raise ValueError(f"{RATE_GUARD_ENV}={value!r}: expected off, on or window")
-    return kinds[value]
+    if value == "window":
+        return "window"
+    try:  # on and off spelt as for every other switch
+        return "step" if switch_from_env(RATE_GUARD_ENV, default="off") else "off"
+    except ValueError:
+        raise ValueError(f"{RATE_GUARD_ENV}={value!r}: expected off, on or window") from None
 
 
 def rate_guard_from_env() -> RateGuard | None:
@@ -144,16 +145,18 @@ class StepCounts:
                 f"{self.drafts_accepted} accepted")
         if policy.cost_fit is not None:
             text += f"; fitted costs {policy.costs}"
-        guard = policy.rate_guard
-        if guard is not None:
-            ratios = {f"batch<{2 ** bucket}": round(ratio, 2)
-                      for bucket, ratio in sorted(guard.speedups_by_bucket().items())}
-            text += f"; rate guard drafted/plain speed {ratios or 'not measured yet'}"
+        if policy.rate_guard is not None:
+            text += f"; rate guard drafted/plain speed {_by_batch(policy.rate_guard)}"
         if policy.window_guard is not None:
-            ratios = {f"batch<{2 ** bucket}": round(ratio, 2)
-                      for bucket, ratio in policy.window_guard.speedups_by_bucket().items()}
-            text += f"; window guard on/off speed {ratios or 'not measured yet'}"
+            text += f"; window guard on/off speed {_by_batch(policy.window_guard)}"
         return text
+
+
+def _by_batch(guard) -> dict[str, float] | str:
+    """A guard's measured speed ratios keyed by readable batch-size bounds, for the log."""
+    ratios = {f"batch<{2 ** bucket}": round(ratio, 2)
+              for bucket, ratio in sorted(guard.speedups_by_bucket().items())}
+    return ratios or "not measured yet"
 
 
 @dataclass(frozen=True)
