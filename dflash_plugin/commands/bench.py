@@ -13,7 +13,8 @@ next to it, and each server's log as <stem>.<algorithm>.log. The model flags are
 
 A plugin row can carry its own DFLASH_* settings, to compare them side by side in one run:
 `--algorithms 'none,dflash,dflash[DFLASH_RATE_GUARD=on;DFLASH_COST_FIT=on]'` starts one plugin
-server per variant; its rows are named as written.
+server per variant; its rows are named as written. A DFlash row (plugin or native) can also name
+its own drafter, to compare two checkpoints in one run: `dflash[draft=/path/to/other/drafter]`.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import re
 import signal
 import sys
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from importlib.metadata import entry_points
 from pathlib import Path
 
@@ -35,40 +36,60 @@ from dflash_plugin.serving.server import Server, ServerExited, free_port
 HELP = "benchmark none / ngram / native DFlash / plugin DFlash servers over concurrency levels"
 PLUGIN_NAME = "dflash"  # our vllm.general_plugins entry point
 SPEC_ALGORITHM = {"none": "NONE", "ngram": "NGRAM", "dflash-native": "DFLASH", "dflash": "DFLASH"}
-# "dflash[NAME=VALUE;NAME=VALUE]": the plugin with its own settings (DFLASH_* variables only).
+# "dflash[NAME=VALUE;NAME=VALUE]": the plugin with its own settings (DFLASH_* variables, and
+# draft=PATH for the drafter); "dflash-native[draft=PATH]": vLLM's DFlash with another drafter.
 _VARIANT = re.compile(r"(?P<base>[\w-]+)(?:\[(?P<settings>[^\]]*)\])?")
-_SETTING = re.compile(r"(DFLASH_[A-Z0-9_]+)=(.*)")
+_SETTING = re.compile(r"(DFLASH_[A-Z0-9_]+|draft)=(.*)")
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One --algorithms entry: the configuration, its DFLASH_* variables, its own drafter."""
+
+    base: str
+    env: dict[str, str] = field(default_factory=dict)
+    draft: str | None = None  # None: the drafter of --speculative-draft-model-path / the default
 
 
 def _file_safe(text: str) -> str:
     return re.sub(r"[^\w.=-]+", "_", text)
 
 
-def parse_algorithm(text: str) -> tuple[str, dict[str, str]]:
-    """'dflash[DFLASH_COST_FIT=off]' -> ('dflash', {'DFLASH_COST_FIT': 'off'})."""
+def parse_algorithm(text: str) -> Variant:
+    """'dflash[DFLASH_COST_FIT=off;draft=/d]' -> Variant('dflash', {'DFLASH_COST_FIT': 'off'}, '/d')."""
     match = _VARIANT.fullmatch(text)
     base = match["base"] if match else None
     if base not in bench.ALGORITHMS:
         raise DFlashError(f"unknown --algorithms entry {text!r}; choose from "
                           f"{', '.join(bench.ALGORITHMS)}, or dflash[DFLASH_NAME=value;...]")
     if match["settings"] is None:
-        return base, {}
-    if base != "dflash":
-        raise DFlashError(f"--algorithms {text!r}: only the plugin's rows (dflash[...]) take "
-                          "settings")
-    settings = {}
+        return Variant(base)
+    if SPEC_ALGORITHM[base] != "DFLASH":
+        raise DFlashError(f"--algorithms {text!r}: only the DFlash rows (dflash[...], "
+                          "dflash-native[draft=...]) take settings")
+    env, draft = {}, None
     for item in filter(None, (part.strip() for part in match["settings"].split(";"))):
         setting = _SETTING.fullmatch(item)
         if setting is None:
-            raise DFlashError(f"--algorithms {text!r}: {item!r} is not DFLASH_NAME=value")
-        settings[setting[1]] = setting[2]
-    return base, settings
+            raise DFlashError(f"--algorithms {text!r}: {item!r} is not DFLASH_NAME=value or "
+                              "draft=PATH")
+        if setting[1] == "draft":
+            draft = setting[2].strip()
+        elif base != "dflash":  # the plugin's variables mean nothing to vLLM's own DFlash
+            raise DFlashError(f"--algorithms {text!r}: only the plugin's rows take DFLASH_* "
+                              "settings")
+        else:
+            env[setting[1]] = setting[2]
+    if draft == "":
+        raise DFlashError(f"--algorithms {text!r}: draft= needs a drafter path")
+    return Variant(base, env, draft)
 
 
 def add_arguments(p):
     p.add_argument("--algorithms", default=",".join(bench.ALGORITHMS),
                    help=f"comma list from {', '.join(bench.ALGORITHMS)}; a plugin row may set "
-                        "its own DFLASH_* variables: 'dflash[DFLASH_RATE_GUARD=on;...]'")
+                        "its own DFLASH_* variables: 'dflash[DFLASH_RATE_GUARD=on;...]', and a "
+                        "DFlash row its own drafter: 'dflash[draft=PATH]'")
     p.add_argument("--concurrency", default="1,4,16,32", help="comma list of concurrency levels")
     p.add_argument("--prompts-file", help='JSONL with {"prompt": ...} per line (default: 32 '
                                           "built-in prompts)")
@@ -145,13 +166,16 @@ def run(args) -> int:
     base = replace(base, host="127.0.0.1", port=0)  # bench talks to 127.0.0.1 only
     output = Path(args.output)
     # "none" first: the other rows' speedups refer to it.
-    algorithms.sort(key=lambda a: bench.ALGORITHMS.index(parse_algorithm(a)[0]))
+    algorithms.sort(key=lambda a: bench.ALGORITHMS.index(parse_algorithm(a).base))
     resolved = {}
     for algorithm in algorithms:  # every configuration is checked before any server starts
-        spec = SPEC_ALGORITHM[parse_algorithm(algorithm)[0]]
+        variant = parse_algorithm(algorithm)
+        spec = SPEC_ALGORITHM[variant.base]
         opts = replace(base, speculative_algorithm=spec)
         if spec != "DFLASH":  # the drafter settings are for the DFlash rows
             opts = replace(opts, speculative_draft_model_path=None, speculative_num_draft_tokens=None)
+        elif variant.draft is not None:
+            opts = replace(opts, speculative_draft_model_path=variant.draft)
         resolved[algorithm] = flags.resolve(opts)
     try:
         if args.sequential:
@@ -219,9 +243,9 @@ def _run_interleaved(algorithms, resolved, prompts, levels, args, output: Path):
 def _started(algorithm, opts, args, output: Path):
     """One server configuration, ready; stopped on exit."""
     launch = flags.vllm_launch(replace(opts, port=free_port()))
-    name, settings = parse_algorithm(algorithm)
-    launch.env.update(plugin_env(name))
-    launch.env.update(settings)
+    variant = parse_algorithm(algorithm)
+    launch.env.update(plugin_env(variant.base))
+    launch.env.update(variant.env)
     log = output.with_name(f"{output.stem}.{_file_safe(algorithm)}.log")
     print(f"[bench] {algorithm}: starting server (log: {log})", file=sys.stderr, flush=True)
     server = Server(launch, log_path=log).start()

@@ -260,17 +260,36 @@ def test_bench_plugin_switch(monkeypatch):
 
 
 def test_bench_plugin_variants_carry_their_own_settings():
-    from dflash_plugin.commands.bench import parse_algorithm
-    assert parse_algorithm("dflash") == ("dflash", {})
-    assert parse_algorithm("dflash-native") == ("dflash-native", {})
-    assert parse_algorithm("dflash[DFLASH_COST_FIT=off; DFLASH_RATE_GUARD=off]") == (
-        "dflash", {"DFLASH_COST_FIT": "off", "DFLASH_RATE_GUARD": "off"})
+    from dflash_plugin.commands.bench import Variant, parse_algorithm
+    assert parse_algorithm("dflash") == Variant("dflash", {}, None)
+    assert parse_algorithm("dflash-native") == Variant("dflash-native", {}, None)
+    assert parse_algorithm("dflash[DFLASH_COST_FIT=off; DFLASH_RATE_GUARD=off]") == Variant(
+        "dflash", {"DFLASH_COST_FIT": "off", "DFLASH_RATE_GUARD": "off"}, None)
+    # Two drafters side by side in one run: each DFlash row may name its own.
+    assert parse_algorithm("dflash[draft=/d/r10;DFLASH_RATE_GUARD=off]") == Variant(
+        "dflash", {"DFLASH_RATE_GUARD": "off"}, "/d/r10")
+    assert parse_algorithm("dflash-native[draft=/d/r10]") == Variant("dflash-native", {}, "/d/r10")
+
+
+def test_bench_row_with_its_own_drafter_is_checked_before_any_server(tmp_path, random_drafter,
+                                                                     capsys):
+    (tmp_path / "config.json").write_text("{}")  # a target folder; no server gets that far
+    missing = tmp_path / "no-such-drafter"
+    code, err = main_in_process(
+        capsys, "bench", "--algorithms", f"none,dflash,dflash[draft={missing}]",
+        "--model-path", str(tmp_path), "--speculative-draft-model-path", str(random_drafter),
+        "--output", str(tmp_path / "b.json"))
+    assert code == 2
+    assert f"draft model {missing} is not a model folder" in err
+    assert "starting server" not in err
 
 
 @pytest.mark.parametrize("argv, message", [
     (["--algorithms", "none,eagle"], "unknown --algorithms entry 'eagle'"),
-    (["--algorithms", "ngram[DFLASH_COST_FIT=off]"], "only the plugin's rows"),
-    (["--algorithms", "dflash[VLLM_PLUGINS=x]"], "is not DFLASH_NAME=value"),
+    (["--algorithms", "ngram[DFLASH_COST_FIT=off]"], "only the DFlash rows"),
+    (["--algorithms", "dflash[VLLM_PLUGINS=x]"], "is not DFLASH_NAME=value or draft=PATH"),
+    (["--algorithms", "dflash-native[DFLASH_COST_FIT=off]"], "only the plugin's rows take"),
+    (["--algorithms", "dflash[draft=]"], "draft= needs a drafter path"),
     (["--concurrency", "1,x"], "comma list of integers"),
     (["--concurrency", "0"], ">= 1"),
     (["--max-tokens", "0"], "--max-tokens must be >= 1"),
