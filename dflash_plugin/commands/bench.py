@@ -130,10 +130,11 @@ def plugin_env(algorithm: str, environ=os.environ) -> dict[str, str]:
     return {}
 
 
-def _check(args) -> tuple[list[str], list[int]]:
-    algorithms = bench.parse_list(args.algorithms, name="--algorithms")
-    for algorithm in algorithms:
-        parse_algorithm(algorithm)
+def _check(args) -> tuple[dict[str, Variant], list[int]]:
+    """The rows to run ("none" first: the others' speedups refer to it) and the levels."""
+    names = dict.fromkeys(bench.parse_list(args.algorithms, name="--algorithms"))
+    variants = {name: parse_algorithm(name) for name in names}
+    variants = dict(sorted(variants.items(), key=lambda kv: bench.ALGORITHMS.index(kv[1].base)))
     try:
         levels = bench.parse_list(args.concurrency, int, "--concurrency")
     except ValueError:
@@ -148,7 +149,7 @@ def _check(args) -> tuple[list[str], list[int]]:
         raise DFlashError(f"--repeats must be >= 1, got {args.repeats}")
     if args.num_prompts is not None and args.num_prompts < 1:
         raise DFlashError(f"--num-prompts must be >= 1, got {args.num_prompts}")
-    return list(dict.fromkeys(algorithms)), sorted(set(levels))
+    return variants, sorted(set(levels))
 
 
 def _prompts_for(prompts: list[str], count: int) -> list[str]:
@@ -156,7 +157,7 @@ def _prompts_for(prompts: list[str], count: int) -> list[str]:
 
 
 def run(args) -> int:
-    algorithms, levels = _check(args)
+    variants, levels = _check(args)
     # SIGTERM unwinds like Ctrl-C, so the running server is stopped in `finally`.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     prompts = bench.read_prompts(args.prompts_file)
@@ -165,18 +166,9 @@ def run(args) -> int:
         raise DFlashError("dflash bench compares vLLM servers; the config's engine must be vllm")
     base = replace(base, host="127.0.0.1", port=0)  # bench talks to 127.0.0.1 only
     output = Path(args.output)
-    # "none" first: the other rows' speedups refer to it.
-    algorithms.sort(key=lambda a: bench.ALGORITHMS.index(parse_algorithm(a).base))
-    resolved = {}
-    for algorithm in algorithms:  # every configuration is checked before any server starts
-        variant = parse_algorithm(algorithm)
-        spec = SPEC_ALGORITHM[variant.base]
-        opts = replace(base, speculative_algorithm=spec)
-        if spec != "DFLASH":  # the drafter settings are for the DFlash rows
-            opts = replace(opts, speculative_draft_model_path=None, speculative_num_draft_tokens=None)
-        elif variant.draft is not None:
-            opts = replace(opts, speculative_draft_model_path=variant.draft)
-        resolved[algorithm] = flags.resolve(opts)
+    algorithms = list(variants)
+    # Every configuration is checked before any server starts.
+    resolved = {name: flags.resolve(_row_options(base, variant)) for name, variant in variants.items()}
     try:
         if args.sequential:
             rows, broken = _run_sequential(algorithms, resolved, prompts, levels, args, output)
@@ -193,6 +185,18 @@ def run(args) -> int:
     print(bench.format_table(rows))
     print(f"[bench] wrote {output} and {', '.join(str(p) for p in plots)}", file=sys.stderr)
     return 0 if not broken and all(r["failed"] == 0 for r in rows) else 1
+
+
+def _row_options(base: flags.ServeOptions, variant: Variant) -> flags.ServeOptions:
+    """The server options of one row: its algorithm, drafter and environment."""
+    spec = SPEC_ALGORITHM[variant.base]
+    opts = replace(base, speculative_algorithm=spec,
+                   env={**base.env, **plugin_env(variant.base), **variant.env})
+    if spec != "DFLASH":  # the drafter settings are for the DFlash rows
+        return replace(opts, speculative_draft_model_path=None, speculative_num_draft_tokens=None)
+    if variant.draft is not None:
+        return replace(opts, speculative_draft_model_path=variant.draft)
+    return opts
 
 
 def _run_sequential(algorithms, resolved, prompts, levels, args, output: Path):
@@ -243,9 +247,6 @@ def _run_interleaved(algorithms, resolved, prompts, levels, args, output: Path):
 def _started(algorithm, opts, args, output: Path):
     """One server configuration, ready; stopped on exit."""
     launch = flags.vllm_launch(replace(opts, port=free_port()))
-    variant = parse_algorithm(algorithm)
-    launch.env.update(plugin_env(variant.base))
-    launch.env.update(variant.env)
     log = output.with_name(f"{output.stem}.{_file_safe(algorithm)}.log")
     print(f"[bench] {algorithm}: starting server (log: {log})", file=sys.stderr, flush=True)
     server = Server(launch, log_path=log).start()

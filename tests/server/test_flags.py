@@ -271,6 +271,22 @@ def test_bench_plugin_variants_carry_their_own_settings():
     assert parse_algorithm("dflash-native[draft=/d/r10]") == Variant("dflash-native", {}, "/d/r10")
 
 
+def test_bench_row_options_carry_the_rows_drafter_and_environment():
+    from dflash_plugin.commands.bench import Variant, _row_options
+    from dflash_plugin.serving.flags import ServeOptions
+    base = ServeOptions(speculative_draft_model_path="/shipped", env={"FROM_YAML": "1"})
+    other = _row_options(base, Variant("dflash", {"DFLASH_COST_FIT": "on"}, "/d/r10"))
+    assert other.speculative_algorithm == "DFLASH"
+    assert other.speculative_draft_model_path == "/d/r10"
+    assert other.env["FROM_YAML"] == "1" and other.env["DFLASH_COST_FIT"] == "on"
+    assert _row_options(base, Variant("dflash")).speculative_draft_model_path == "/shipped"
+    native = _row_options(base, Variant("dflash-native"))
+    assert "dflash" not in native.env["VLLM_PLUGINS"].split(",")
+    plain = _row_options(base, Variant("none"))
+    assert plain.speculative_algorithm == "NONE" and plain.speculative_draft_model_path is None
+    assert base.env == {"FROM_YAML": "1"}  # the shared options are not changed
+
+
 def test_bench_row_with_its_own_drafter_is_checked_before_any_server(tmp_path, random_drafter,
                                                                      capsys):
     (tmp_path / "config.json").write_text("{}")  # a target folder; no server gets that far
