@@ -130,9 +130,30 @@ def plugin_env(algorithm: str, environ=os.environ) -> dict[str, str]:
     return {}
 
 
+def split_algorithms(text: str) -> list[str]:
+    """Split --algorithms at the commas outside [...], so that a row's settings may hold commas
+    ('dflash[DFLASH_COST_MODEL=draft_fixed=0.2,draft_per_request=0.2]')."""
+    entries, depth, current = [], 0, ""
+    for char in text:
+        depth += {"[": 1, "]": -1}.get(char, 0)
+        if depth not in (0, 1):
+            raise DFlashError(f"--algorithms {text!r}: brackets do not pair up")
+        if char == "," and depth == 0:
+            entries.append(current)
+            current = ""
+        else:
+            current += char
+    if depth:
+        raise DFlashError(f"--algorithms {text!r}: brackets do not pair up")
+    entries = [e.strip() for e in (*entries, current) if e.strip()]
+    if not entries:
+        raise DFlashError("--algorithms is empty")
+    return entries
+
+
 def _check(args) -> tuple[dict[str, Variant], list[int]]:
     """The rows to run ("none" first: the others' speedups refer to it) and the levels."""
-    names = dict.fromkeys(bench.parse_list(args.algorithms, name="--algorithms"))
+    names = dict.fromkeys(split_algorithms(args.algorithms))
     variants = {name: parse_algorithm(name) for name in names}
     variants = dict(sorted(variants.items(), key=lambda kv: bench.ALGORITHMS.index(kv[1].base)))
     try:

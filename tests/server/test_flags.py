@@ -271,6 +271,14 @@ def test_bench_plugin_variants_carry_their_own_settings():
     assert parse_algorithm("dflash-native[draft=/d/r10]") == Variant("dflash-native", {}, "/d/r10")
 
 
+def test_bench_rows_split_at_commas_outside_their_settings():
+    from dflash_plugin.commands.bench import split_algorithms
+    assert split_algorithms("none, dflash[DFLASH_COST_MODEL=draft_fixed=0.2,draft_per_request=0.3]"
+                            ",dflash-native") == [
+        "none", "dflash[DFLASH_COST_MODEL=draft_fixed=0.2,draft_per_request=0.3]", "dflash-native"]
+    assert split_algorithms("none,dflash") == ["none", "dflash"]
+
+
 def test_bench_row_options_carry_the_rows_drafter_and_environment():
     from dflash_plugin.commands.bench import Variant, _row_options
     from dflash_plugin.serving.flags import ServeOptions
@@ -306,6 +314,9 @@ def test_bench_row_with_its_own_drafter_is_checked_before_any_server(tmp_path, r
     (["--algorithms", "dflash[VLLM_PLUGINS=x]"], "is not DFLASH_NAME=value or draft=PATH"),
     (["--algorithms", "dflash-native[DFLASH_COST_FIT=off]"], "only the plugin's rows take"),
     (["--algorithms", "dflash[draft=]"], "draft= needs a drafter path"),
+    (["--algorithms", "none,dflash[DFLASH_COST_FIT=on"], "brackets do not pair up"),
+    (["--algorithms", "none,dflash]"], "brackets do not pair up"),
+    (["--algorithms", " , "], "--algorithms is empty"),
     (["--concurrency", "1,x"], "comma list of integers"),
     (["--concurrency", "0"], ">= 1"),
     (["--max-tokens", "0"], "--max-tokens must be >= 1"),
