@@ -230,7 +230,7 @@ def _run_sequential(algorithms, resolved, prompts, levels, args, output: Path):
                 for concurrency in levels:
                     sample = _measure(server.base_url, model, prompts, concurrency, args,
                                       args.repeats)
-                    rows.append(_row(algorithm, concurrency, [sample]))
+                    rows.append(_row(algorithm, concurrency, [sample], resolved[algorithm]))
         except (ServerExited, TimeoutError) as err:  # the other configurations still run
             broken.append(algorithm)
             print(f"[bench] {algorithm}: server failed, no rows: {err}", file=sys.stderr)
@@ -259,7 +259,8 @@ def _run_interleaved(algorithms, resolved, prompts, levels, args, output: Path):
                 for algorithm, (server, model) in servers.items():
                     samples[algorithm].append(_measure(server.base_url, model, prompts,
                                                        concurrency, args, 1))
-            rows += [_row(algorithm, concurrency, runs) for algorithm, runs in samples.items()]
+            rows += [_row(algorithm, concurrency, runs, resolved[algorithm])
+                     for algorithm, runs in samples.items()]
             bench.write_json(bench.add_speedups(rows), output)
     return rows, broken
 
@@ -312,8 +313,10 @@ def _measure(base_url, model, prompts, concurrency, args, repeats) -> _Sample:
     return _Sample(results, walls, {name: after[name] - before[name] for name in after})
 
 
-def _row(algorithm: str, concurrency: int, samples: list[_Sample]) -> dict:
-    """One result row: every run of the configuration at this level, pooled."""
+def _row(algorithm: str, concurrency: int, samples: list[_Sample],
+         opts: flags.ServeOptions | None = None) -> dict:
+    """One result row: every run of the configuration at this level, pooled; with the drafter
+    it ran (`opts`: the row's server options), so that a JSON file says what it measured."""
     results = [r for s in samples for r in s.results]
     walls = [w for s in samples for w in s.walls]
     counted = None
@@ -321,6 +324,8 @@ def _row(algorithm: str, concurrency: int, samples: list[_Sample]) -> dict:
         counted = {name: sum(s.counted[name] for s in samples) for name in bench.SPEC_COUNTERS}
     row = bench.summarize(algorithm, concurrency, results, sum(walls),
                           dict.fromkeys(bench.SPEC_COUNTERS, 0.0) if counted else None, counted)
+    if opts is not None and opts.speculative_draft_model_path is not None:
+        row["draft_model"] = opts.speculative_draft_model_path
     if len(walls) > 1:
         row["repeats"] = len(walls)
         row["output_tokens_per_s_runs"] = bench.per_run_rates(results, walls)

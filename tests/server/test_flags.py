@@ -295,6 +295,16 @@ def test_bench_row_options_carry_the_rows_drafter_and_environment():
     assert base.env == {"FROM_YAML": "1"}  # the shared options are not changed
 
 
+def test_bench_rows_name_the_drafter_they_measured():
+    from dflash_plugin.commands.bench import _row, _Sample
+    from dflash_plugin.serving.bench import SPEC_COUNTERS
+    from dflash_plugin.serving.flags import ServeOptions
+    sample = _Sample(results=[], walls=[1.0], counted=dict.fromkeys(SPEC_COUNTERS, 0.0))
+    row = _row("dflash[draft=/d/r10]", 1, [sample], ServeOptions(speculative_draft_model_path="/d/r10"))
+    assert row["draft_model"] == "/d/r10"
+    assert "draft_model" not in _row("none", 1, [sample], ServeOptions())
+
+
 def test_bench_row_with_its_own_drafter_is_checked_before_any_server(tmp_path, random_drafter,
                                                                      capsys):
     (tmp_path / "config.json").write_text("{}")  # a target folder; no server gets that far
