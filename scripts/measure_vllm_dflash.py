@@ -101,6 +101,7 @@ def main(argv=None) -> int:
             after = spec_counters(llm)
             tokens = sum(len(o.outputs[0].token_ids) for o in outputs)
             row = dict(mode=args.mode, policy=args.policy if args.mode == "plugin" else None,
+                       draft=args.draft if args.mode != "none" else None,
                        k=args.k, batch=batch, tokens=tokens, wall_s=round(wall, 3),
                        cpu_s=round(cpu, 3), tok_per_s=round(tokens / wall, 2),
                        tok_per_cpu_s=round(tokens / cpu, 2),
