@@ -34,7 +34,7 @@ from dflash_plugin.serving import bench, flags
 from dflash_plugin.serving.server import Server, ServerExited, free_port
 
 HELP = "benchmark none / ngram / native DFlash / plugin DFlash servers over concurrency levels"
-PLUGIN_NAME = "dflash"  # our vllm.general_plugins entry point
+PLUGIN_NAME = flags.VLLM_PLUGIN_NAME
 SPEC_ALGORITHM = {"none": "NONE", "ngram": "NGRAM", "dflash-native": "DFLASH", "dflash": "DFLASH"}
 # "dflash[NAME=VALUE;NAME=VALUE]": the plugin with its own settings (DFLASH_* variables, and
 # draft=PATH for the drafter); "dflash-native[draft=PATH]": vLLM's DFlash with another drafter.

@@ -38,6 +38,11 @@ NGRAM_LOOKUP = {"prompt_lookup_max": 4, "prompt_lookup_min": 2}
 # "GPU" memory would be a fraction of the NUMA node's RAM, which other processes share.
 CPU_KVCACHE_GIB = "2"
 MEMORY_ENGINE_FLAGS = ("--gpu-memory-utilization", "--kv-cache-memory-bytes")
+# vLLM's multiprocessing executor, answering the draft-id RPC from the sampling RPC's reply
+# (vllm_ext/executor.py); passed for the plugin's DFLASH on CPU, where vLLM always uses "mp".
+DRAFT_IDS_EXECUTOR = "vllm_ext.executor.DraftIdsWithOutputExecutor"
+EXECUTOR_FLAG = "--distributed-executor-backend"
+VLLM_PLUGIN_NAME = "dflash"  # our vllm.general_plugins entry point
 # Thread binding on CPU is left at vLLM's default (VLLM_CPU_OMP_THREADS_BIND=auto): the model's
 # OpenMP threads on all cores but one, which stays free for the API server and the engine-core
 # loop. Binding every core instead (VLLM_CPU_OMP_THREADS_BIND=0-1, VLLM_CPU_NUM_OF_RESERVED_CPU=0
@@ -435,6 +440,20 @@ def _default_env(opts: ServeOptions, cpu: bool) -> dict[str, str]:
     return env
 
 
+def plugin_loads(env) -> bool:
+    """Whether vLLM loads this plugin under `env` (VLLM_PLUGINS unset loads every plugin)."""
+    names = env.get("VLLM_PLUGINS")
+    return names is None or VLLM_PLUGIN_NAME in names.split(",")
+
+
+def uses_draft_ids_executor(opts: ServeOptions, cpu: bool, environ=os.environ) -> bool:
+    """The plugin's DFLASH on vLLM-CPU, unless the engine arguments choose an executor. Not on
+    GPUs: with one GPU vLLM runs the model in-process ("uni"), with no round trip to save."""
+    return (cpu and opts.speculative_algorithm == "DFLASH"
+            and plugin_loads({**environ, **opts.env})
+            and not any(a.split("=")[0] == EXECUTOR_FLAG for a in opts.engine_args))
+
+
 def vllm_launch(opts: ServeOptions, python: str = sys.executable) -> Launch:
     argv = [python, "-m", "dflash_plugin.serving.vllm_main", "serve", opts.model_path,
             "--host", opts.host, "--port", str(opts.port)]
@@ -450,8 +469,11 @@ def vllm_launch(opts: ServeOptions, python: str = sys.executable) -> Launch:
     spec = speculative_config(opts)
     if spec is not None:
         argv += ["--speculative-config", json.dumps(spec)]
+    cpu = is_cpu_vllm()
+    if uses_draft_ids_executor(opts, cpu):
+        argv += [EXECUTOR_FLAG, DRAFT_IDS_EXECUTOR]
     argv += opts.engine_args
-    return Launch(argv, _default_env(opts, is_cpu_vllm()), dict(opts.env), opts.host, opts.port,
+    return Launch(argv, _default_env(opts, cpu), dict(opts.env), opts.host, opts.port,
                   opts.served_model_name or opts.model_path)
 
 

@@ -336,3 +336,27 @@ def test_bench_bad_arguments(argv, message, capsys):
     code, err = main_in_process(capsys, "bench", *argv)
     assert code == 2
     assert message in err
+
+
+def test_plugin_dflash_on_vllm_cpu_uses_the_draft_ids_executor(random_drafter, monkeypatch):
+    monkeypatch.delenv("VLLM_PLUGINS", raising=False)
+    opts = flags.resolve(options("--speculative-draft-model-path", str(random_drafter)))
+    assert flags.uses_draft_ids_executor(opts, cpu=True)
+    assert not flags.uses_draft_ids_executor(opts, cpu=False)  # one GPU: no process hop
+    for algorithm in ("NONE", "NGRAM"):
+        assert not flags.uses_draft_ids_executor(
+            flags.resolve(options("--speculative-algorithm", algorithm)), cpu=True)
+    # vLLM's native DFlash (the plugin excluded) stays vLLM's own path.
+    assert not flags.uses_draft_ids_executor(opts, cpu=True, environ={"VLLM_PLUGINS": "other"})
+    native = flags.resolve(options("--speculative-draft-model-path", str(random_drafter)))
+    native.env["VLLM_PLUGINS"] = ""
+    assert not flags.uses_draft_ids_executor(native, cpu=True, environ={})
+    # An executor chosen in the engine arguments wins.
+    chosen = flags.resolve(options("--speculative-draft-model-path", str(random_drafter),
+                                   "--distributed-executor-backend=mp"))
+    assert not flags.uses_draft_ids_executor(chosen, cpu=True)
+    monkeypatch.setattr(flags, "is_cpu_vllm", lambda: True)
+    argv = flags.vllm_launch(opts).argv
+    assert argv[argv.index("--distributed-executor-backend") + 1] == flags.DRAFT_IDS_EXECUTOR
+    assert flags.vllm_launch(chosen).argv.count("--distributed-executor-backend=mp") == 1
+    assert "--distributed-executor-backend" not in flags.vllm_launch(chosen).argv

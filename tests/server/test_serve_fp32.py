@@ -197,6 +197,14 @@ def test_ready_message_says_how_to_query(server):
     assert f"curl -s {server.base_url}/v1/chat/completions" in output
 
 
+def test_draft_ids_come_back_with_the_sampled_tokens(server, baseline, server_logs):
+    # dflash serve picks the plugin's executor on vLLM-CPU (the outputs above went through it);
+    # the no-speculation server keeps vLLM's own.
+    message = "dflash plugin: executor returns draft token ids with the sampled tokens"
+    assert message in server.output
+    assert "dflash plugin: executor" not in (server_logs / "fp32-none.log").read_text()
+
+
 def _live_parent(pid: int) -> int | None:
     """The parent pid of a running process; None once it is gone or a zombie."""
     try:

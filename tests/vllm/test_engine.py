@@ -10,6 +10,7 @@ rejected) for the checks that need one.
 from __future__ import annotations
 
 import gc
+import math
 import os
 from contextlib import contextmanager
 from pathlib import Path
@@ -33,6 +34,7 @@ PROMPTS = [f"{opening} {topic}" for opening, topic in zip(
      "a busy market.", "coffee?", "the ocean.", "autumn leaves.", "honeybees.", "gravity?",
      "a dragon who bakes.", "saving money.", "a mountain village.", "board games?"])]
 SINGLE_PROMPTS = PROMPTS[:8]
+DRAFT_IDS_EXECUTOR = "vllm_ext.executor.DraftIdsWithOutputExecutor"
 
 
 def shipped_drafter() -> Path | None:
@@ -183,8 +185,29 @@ def worker_calls():
     def drafts_via_top_tokens(worker):
         return worker.model_runner.drafter.use_local_argmax_reduction
 
+    def count_bundled_rpcs(worker):
+        """Count the executor's sample-and-take-drafts calls (the engine core sends that
+        function by reference, so the worker runs whatever its module holds)."""
+        import vllm_ext.executor as executor
+
+        original = getattr(executor.sample_and_take_drafts, "__wrapped__",
+                           executor.sample_and_take_drafts)
+
+        def counting(worker, grammar_output):
+            counting.calls += 1
+            return original(worker, grammar_output)
+
+        counting.calls, counting.__wrapped__ = 0, original
+        executor.sample_and_take_drafts = counting
+
+    def bundled_rpcs(worker):
+        import vllm_ext.executor as executor
+
+        return getattr(executor.sample_and_take_drafts, "calls", None)
+
     return dict(drafter_class=drafter_class, set_policy=set_policy, timed_steps=timed_steps,
                 drafts_via_top_tokens=drafts_via_top_tokens,
+                count_bundled_rpcs=count_bundled_rpcs, bundled_rpcs=bundled_rpcs,
                 record_drafts=record_drafts, draft_log=draft_log, drafts_seen=drafts_seen,
                 draft_head_check=draft_head_check)
 
@@ -201,8 +224,12 @@ def runs(target_path, random_drafter):
         results["plain_batch"] = token_ids(generate(llm, PROMPTS))
         results["plain_single"] = token_ids(generate(llm, SINGLE_PROMPTS, one_at_a_time=True))
 
+    # The plugin as `dflash serve` runs it on CPU, with the executor that returns draft ids with
+    # the sampled tokens; the random-drafter engine below keeps vLLM's own executor.
     with environment(VLLM_ALLOW_INSECURE_SERIALIZATION="1"), \
-            engine(target_path, drafter, per_request_spec_decode_metrics="summary") as llm:
+            engine(target_path, drafter, per_request_spec_decode_metrics="summary",
+                   distributed_executor_backend=DRAFT_IDS_EXECUTOR) as llm:
+        llm.collective_rpc(calls["count_bundled_rpcs"])
         results["plugin_class"] = llm.collective_rpc(calls["drafter_class"])[0]
         results["draft_head"] = llm.collective_rpc(calls["draft_head_check"])[0]
         for mode in ("stagger", "adaptive", "full", "off"):
@@ -218,6 +245,7 @@ def runs(target_path, random_drafter):
                                                            one_at_a_time=True))
         results["adaptive_timed_steps"] = llm.collective_rpc(calls["timed_steps"])[0]
         results["plugin_top_tokens"] = llm.collective_rpc(calls["drafts_via_top_tokens"])[0]
+        results["bundled_rpcs"] = llm.collective_rpc(calls["bundled_rpcs"])[0]
     with environment(VLLM_PLUGINS="", VLLM_ALLOW_INSECURE_SERIALIZATION="1"), \
             engine(target_path, drafter) as llm:
         results["native_class"] = llm.collective_rpc(calls["drafter_class"])[0]
@@ -246,6 +274,15 @@ def runs(target_path, random_drafter):
 def test_the_plugin_builds_its_drafter_and_vllm_plugins_gives_native(runs):
     assert runs["plugin_class"] == "DFlashVllmDrafter"
     assert runs["native_class"] == "DFlashQwen3ForCausalLM"
+
+
+def test_draft_ids_came_back_with_the_sampled_tokens(runs):
+    # Every decoding step of the plugin's runs went through the one bundled RPC (their outputs
+    # are checked lossless below); a step emits at most K + 1 tokens per request.
+    min_steps_per_run = math.ceil(MAX_TOKENS / (K + 1))
+    runs_done = 4 + 2 * len(SINGLE_PROMPTS)  # four policies on the batch, two one at a time
+    assert runs["bundled_rpcs"] is not None
+    assert runs["bundled_rpcs"] >= runs_done * min_steps_per_run
 
 
 def test_the_draft_head_uses_the_checkpoints_training_vocabulary(runs):
