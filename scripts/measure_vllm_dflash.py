@@ -34,6 +34,8 @@ def parse_args(argv=None):
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--eager", action="store_true", help="no torch.compile")
+    parser.add_argument("--executor", help="distributed_executor_backend (default: vLLM's; "
+                        "vllm_ext.executor.DraftIdsWithOutputExecutor as dflash serve runs it)")
     parser.add_argument("--out", default="measure_vllm_dflash.jsonl")
     return parser.parse_args(argv)
 
@@ -76,6 +78,8 @@ def main(argv=None) -> int:
     engine_kwargs = dict(model=target, dtype=args.dtype, max_model_len=1024, seed=0,
                          max_num_seqs=32, kv_cache_memory_bytes=1 << 30, disable_log_stats=False,
                          enforce_eager=args.eager)
+    if args.executor:
+        engine_kwargs["distributed_executor_backend"] = args.executor
     if args.mode != "none":
         if not args.draft:
             sys.exit("--draft is required for plugin / native")
@@ -102,6 +106,7 @@ def main(argv=None) -> int:
             tokens = sum(len(o.outputs[0].token_ids) for o in outputs)
             row = dict(mode=args.mode, policy=args.policy if args.mode == "plugin" else None,
                        draft=args.draft if args.mode != "none" else None,
+                       eager=args.eager, executor=args.executor,
                        k=args.k, batch=batch, tokens=tokens, wall_s=round(wall, 3),
                        cpu_s=round(cpu, 3), tok_per_s=round(tokens / wall, 2),
                        tok_per_cpu_s=round(tokens / cpu, 2),
