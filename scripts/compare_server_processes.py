@@ -9,8 +9,9 @@ model work (worker only). Each configuration is a `dflash bench` row, optionally
   python scripts/compare_server_processes.py OUT.json none 'dflash[DFLASH_DRAFT_POLICY=off]' \
       'dflash[DFLASH_DRAFT_POLICY=off]|--distributed-executor-backend=mp' -- 4 2 [engine args]
 
-(concurrency levels as a comma list, runs per level; 16 built-in prompts x 128 tokens, T=0). With PYSPY=1 it also
-samples each run's engine core and worker with py-spy (raw stacks next to OUT.json).
+(concurrency levels as a comma list, runs per level; 16 built-in prompts x 128 tokens, T=0).
+With PYSPY=1 it also samples each run's engine core and worker with py-spy (raw stacks next to
+OUT.json).
 """
 
 from __future__ import annotations
@@ -83,8 +84,8 @@ def main(argv: list[str]) -> int:
         for concurrency, run in ((c, r) for c in concurrency_levels.split(",")
                                  for r in range(int(repeats))):
             for index, (row, (server, model)) in enumerate(servers.items()):
-                spies = start_profilers(server, f"{index}-c{concurrency}-{run}", out) if os.environ.get(
-                    "PYSPY") else []
+                label = f"{index}-c{concurrency}-{run}"
+                spies = start_profilers(server, label, out) if os.environ.get("PYSPY") else []
                 cpu_before = process_cpu_seconds(server.process.pid)
                 counters_before = bench.scrape_counters(server.base_url)
                 done, wall = asyncio.run(bench.run_point(

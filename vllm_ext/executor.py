@@ -18,11 +18,11 @@ KV / encoder-cache connectors (their aggregators expect a bare ModelRunnerOutput
 
 from __future__ import annotations
 
-import inspect
 import logging
-import os
 
 from vllm.v1.executor.multiproc_executor import MultiprocExecutor
+
+from vllm_ext.guards import signature_problems, version_problems
 
 logger = logging.getLogger(f"vllm.{__name__}")  # under vLLM's log handler
 
@@ -41,19 +41,7 @@ EXPECTED_PARAMS = {
 
 def guard_problems(parent=MultiprocExecutor) -> list[str]:
     """Why bundling would be unsafe with this vLLM (empty: safe)."""
-    from vllm_ext.plugin import SKIP_VERSION_CHECK_ENV, version_is_tested, vllm_version
-
-    problems = []
-    version = vllm_version()
-    if not version_is_tested(version) and os.environ.get(SKIP_VERSION_CHECK_ENV) != "1":
-        problems.append(f"vLLM {version} is not a tested release series")
-    for name, expected in EXPECTED_PARAMS.items():
-        method = getattr(parent, name, None)
-        found = tuple(inspect.signature(method).parameters) if method else None
-        if found != expected:
-            problems.append(f"{parent.__name__}.{name} has parameters {found}, "
-                            f"expected {expected}")
-    return problems
+    return version_problems() + signature_problems(parent, EXPECTED_PARAMS)
 
 
 def bundles_drafts(vllm_config) -> bool:

@@ -35,9 +35,7 @@ P1  Target:  vllm.v1.spec_decode.dflash.DFlashProposer.propose  (V1 model runner
 from __future__ import annotations
 
 import functools
-import inspect
 import logging
-import os
 
 import torch
 
@@ -57,27 +55,13 @@ BUILD_INPUTS_PARAMS = ("self", "num_tokens", "num_input_tokens", "mm_embed_input
 CONTEXT_BUFFERS = ("_context_positions_buffer", "_context_slot_mapping_buffer")
 
 
-def _params(func) -> tuple[str, ...]:
-    return tuple(inspect.signature(func).parameters)
-
-
 def _guard_failures(proposer_cls) -> list[str]:
-    from vllm_ext.plugin import SKIP_VERSION_CHECK_ENV, version_is_tested, vllm_version
+    from vllm_ext.guards import signature_problems, version_problems
 
-    problems = []
-    version = vllm_version()
-    if not version_is_tested(version) and os.environ.get(SKIP_VERSION_CHECK_ENV) != "1":
-        problems.append(f"vLLM {version} is not a tested release series")
-    for name, expected in (("propose", PROPOSE_PARAMS),
-                           ("set_inputs_first_pass", SET_INPUTS_PARAMS),
-                           ("build_model_inputs_first_pass", BUILD_INPUTS_PARAMS)):
-        method = getattr(proposer_cls, name, None)
-        if method is None:
-            problems.append(f"DFlashProposer.{name} is missing")
-        elif _params(getattr(method, _MARKER, method)) != expected:
-            problems.append(f"DFlashProposer.{name} has parameters "
-                            f"{_params(getattr(method, _MARKER, method))}, expected {expected}")
-    return problems
+    expected = {"propose": PROPOSE_PARAMS, "set_inputs_first_pass": SET_INPUTS_PARAMS,
+                "build_model_inputs_first_pass": BUILD_INPUTS_PARAMS}
+    return version_problems() + signature_problems(
+        proposer_cls, expected, unwrap=lambda method: getattr(method, _MARKER, method))
 
 
 def install_propose_patch() -> bool:

@@ -319,6 +319,11 @@ def options_from_args(args: argparse.Namespace) -> ServeOptions:
 # Resolution: defaults that need the file system
 
 
+def _engine_args_set(opts: ServeOptions, *names: str) -> bool:
+    """Whether the pass-through engine arguments give any of these flags ("--x v" or "--x=v")."""
+    return any(arg.split("=")[0] in names for arg in opts.engine_args)
+
+
 def _is_local(path: str) -> bool:
     return Path(path).expanduser().exists() or path.startswith(("/", ".", "~"))
 
@@ -355,8 +360,7 @@ def resolve(opts: ServeOptions) -> ServeOptions:
         from dflash_plugin.target import ensure_default_target, DEFAULT_TARGET_NAME
         opts.model_path = str(ensure_default_target())
         opts.embedded_default = True
-        if opts.served_model_name is None and not any(
-                a.split("=")[0] == "--served-model-name" for a in opts.engine_args):
+        if opts.served_model_name is None and not _engine_args_set(opts, "--served-model-name"):
             opts.served_model_name = DEFAULT_TARGET_NAME
     elif _is_local(opts.model_path) and not (Path(opts.model_path).expanduser() / "config.json").is_file():
         raise DFlashError(f"--model-path {opts.model_path} is not a Hugging Face model folder "
@@ -434,8 +438,7 @@ def _default_env(opts: ServeOptions, cpu: bool) -> dict[str, str]:
     if all(_is_local(p) for p in local):
         env["HF_HUB_OFFLINE"] = "1"  # nothing to download; fail fast instead of retrying the Hub
     if cpu:
-        if opts.mem_fraction_static is None and not any(
-                a.split("=")[0] in MEMORY_ENGINE_FLAGS for a in opts.engine_args):
+        if opts.mem_fraction_static is None and not _engine_args_set(opts, *MEMORY_ENGINE_FLAGS):
             env["VLLM_CPU_KVCACHE_SPACE"] = CPU_KVCACHE_GIB
     return env
 
@@ -451,7 +454,7 @@ def uses_draft_ids_executor(opts: ServeOptions, cpu: bool, environ=os.environ) -
     GPUs: with one GPU vLLM runs the model in-process ("uni"), with no round trip to save."""
     return (cpu and opts.speculative_algorithm == "DFLASH"
             and plugin_loads({**environ, **opts.env})
-            and not any(a.split("=")[0] == EXECUTOR_FLAG for a in opts.engine_args))
+            and not _engine_args_set(opts, EXECUTOR_FLAG))
 
 
 def vllm_launch(opts: ServeOptions, python: str = sys.executable) -> Launch:

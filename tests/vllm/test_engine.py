@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from dflash_plugin.serving.flags import DRAFT_IDS_EXECUTOR
+
 pytest.importorskip("vllm", reason="needs the vLLM CPU build")
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
@@ -34,7 +36,6 @@ PROMPTS = [f"{opening} {topic}" for opening, topic in zip(
      "a busy market.", "coffee?", "the ocean.", "autumn leaves.", "honeybees.", "gravity?",
      "a dragon who bakes.", "saving money.", "a mountain village.", "board games?"])]
 SINGLE_PROMPTS = PROMPTS[:8]
-DRAFT_IDS_EXECUTOR = "vllm_ext.executor.DraftIdsWithOutputExecutor"
 
 
 def shipped_drafter() -> Path | None:
