@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -58,10 +59,16 @@ def read_draft_vocab(folder: str | Path, target_vocab_size: int) -> torch.Tensor
     return ids
 
 
-def draft_vocab_logits(hidden: torch.Tensor, head_rows: torch.Tensor) -> torch.Tensor:
+def draft_vocab_logits(hidden: torch.Tensor, head_rows: torch.Tensor,
+                       matmul: Callable[[torch.Tensor], torch.Tensor] | None = None
+                       ) -> torch.Tensor:
     """Logits [rows, draft vocabulary] from the draft vocabulary's LM-head rows only (float32:
-    on CPU, argmax and softmax over bfloat16 rows are several times slower)."""
-    return torch.nn.functional.linear(hidden.to(head_rows.dtype), head_rows).float()
+    on CPU, argmax and softmax over bfloat16 rows are several times slower). `matmul`, if
+    given, computes x @ head_rows.T (an engine's own kernel for those rows)."""
+    hidden = hidden.to(head_rows.dtype)
+    if matmul is None:
+        return torch.nn.functional.linear(hidden, head_rows).float()
+    return matmul(hidden).float()
 
 
 def to_full_vocabulary(small: torch.Tensor, target_ids: torch.Tensor,

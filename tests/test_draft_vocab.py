@@ -74,3 +74,20 @@ def test_the_shipped_drafter_loads_for_the_target_with_either_vocabulary(smollm_
     assert full.lm_head is None
     with pytest.raises(ValueError, match="'auto' or 'full'"):
         load_drafter_for_target(target, draft_vocab="reduced")
+
+
+def test_draft_vocab_logits_through_an_engine_matmul():
+    """An engine's own kernel for x @ rows.T (vLLM's prepacked oneDNN one on CPU) gives the
+    same float32 logits as torch's linear."""
+    torch.manual_seed(0)
+    rows = torch.randn(40, 16).to(torch.bfloat16)
+    hidden = torch.randn(5, 16)
+    calls = []
+
+    def matmul(x):
+        calls.append(x.dtype)
+        return x @ rows.T
+
+    ours = draft_vocab_logits(hidden, rows, matmul)
+    assert calls == [torch.bfloat16] and ours.dtype == torch.float32
+    assert torch.allclose(ours, draft_vocab_logits(hidden, rows), rtol=1e-2, atol=1e-2)

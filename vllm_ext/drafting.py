@@ -19,6 +19,8 @@ Environment (read in the worker when the drafter is built):
                         training vocabulary (draft_vocab.json) drafts over those LM-head rows only
   DFLASH_DEFER_CONTEXT = on (default) | off: while no draft pass runs, hold the drafter's
                         context K/V writes and do them in one batched call (context_store.py)
+  DFLASH_SAMPLER_SHORTCUT = on (default) | off: steps that verify no drafts skip vLLM's
+                        rejection kernels (vllm_ext.zero_draft_sampling)
   DFLASH_STATS_EVERY  = N (default 2000): log what the policy did over the last N steps (draft
                         passes, passes that handed out no draft, drafts verified and accepted,
                         the rate guard's measured speedups); 0 turns the log off
@@ -55,6 +57,7 @@ COST_FIT_ENV = "DFLASH_COST_FIT"
 DRAFT_VOCAB_ENV = "DFLASH_DRAFT_VOCAB"
 STATS_EVERY_ENV = "DFLASH_STATS_EVERY"
 DEFER_CONTEXT_ENV = "DFLASH_DEFER_CONTEXT"
+SAMPLER_SHORTCUT_ENV = "DFLASH_SAMPLER_SHORTCUT"
 
 
 def policy_mode_from_env() -> PolicyMode:
@@ -106,6 +109,10 @@ def cost_fit_from_env(prior: CostModel) -> StepCostFit | None:
 
 def defer_context_from_env() -> bool:
     return switch_from_env(DEFER_CONTEXT_ENV)
+
+
+def sampler_shortcut_from_env() -> bool:
+    return switch_from_env(SAMPLER_SHORTCUT_ENV)
 
 
 def draft_vocab_from_env() -> bool:

@@ -16,6 +16,7 @@ drafting math on vLLM's paged KV cache and attention backends) plus three things
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 import torch
 from vllm.config import VllmConfig
@@ -34,10 +35,12 @@ from vllm_ext.drafting import (
     draft_vocab_from_env,
     policy_mode_from_env,
     rate_guard_from_env,
+    sampler_shortcut_from_env,
     stats_every_from_env,
     window_guard_from_env,
 )
 from vllm_ext.patches import install_propose_patch
+from vllm_ext.zero_draft_sampling import install_zero_draft_sampling
 
 logger = logging.getLogger(f"vllm.{__name__}")  # under vLLM's log handler
 
@@ -65,6 +68,24 @@ def pair_shapes(vllm_config: VllmConfig) -> tuple[TargetShape, DrafterShape]:
     return target, drafter
 
 
+def prepacked_matmul(rows: torch.Tensor) -> Callable[[torch.Tensor], torch.Tensor] | None:
+    """x -> x @ rows.T through vLLM's CPU oneDNN kernel, with `rows` packed once, as vLLM runs
+    the target's own LM head; None (torch's linear) off CPU or where that kernel is missing.
+    For a 16-token draft block over 16,384 rows it took ~0.5 ms against ~0.7 ms (2 threads)."""
+    if not current_platform.is_cpu():
+        return None
+    try:
+        from vllm import _custom_ops as ops
+
+        if not getattr(ops, "_supports_onednn", False):
+            return None
+        handler = ops.create_onednn_mm(rows.t(), 32)
+    except (ImportError, AttributeError, RuntimeError) as error:
+        logger.info("dflash plugin: draft head through torch's linear (%s)", error)
+        return None
+    return lambda x: ops.onednn_mm(handler, x, None)
+
+
 class DFlashVllmDrafter(DFlashQwen3ForCausalLM):
     def __init__(self, *, vllm_config: VllmConfig, prefix: str = ""):
         check_pair_shapes(*pair_shapes(vllm_config))
@@ -83,9 +104,12 @@ class DFlashVllmDrafter(DFlashQwen3ForCausalLM):
         self.dflash_drafting = Drafting(policy, stats_every_from_env(), deferred)
         if not install_propose_patch():
             self.dflash_drafting = None
+        elif sampler_shortcut_from_env():
+            install_zero_draft_sampling()
         self.dflash_draft_ids = None  # sorted target ids (CPU) the draft head is restricted to
-        # (data_ptr of the LM head it was taken from, its rows, the ids on its device) or None
-        self._draft_head: tuple[int, torch.Tensor | None, torch.Tensor | None] | None = None
+        # (data_ptr of the LM head it was taken from, its rows, the ids on their device, a
+        # prepacked matmul for them or None) or None
+        self._draft_head: tuple | None = None
         if draft_vocab_from_env() and self._plain_logits():
             self.dflash_draft_ids = read_draft_vocab(spec.draft_model_config.model,
                                                      vllm_config.model_config.get_vocab_size())
@@ -103,22 +127,22 @@ class DFlashVllmDrafter(DFlashQwen3ForCausalLM):
         processor = self.logits_processor
         return processor.scale == 1.0 and getattr(processor, "soft_cap", None) is None
 
-    def _draft_head_rows(self) -> tuple[torch.Tensor, torch.Tensor] | None:
-        """(rows, ids) of the draft vocabulary in the LM head in use (the target's, once vLLM
-        shares it after loading), taken once per head; None: draft with the full head."""
+    def _draft_head_rows(self) -> tuple[torch.Tensor, torch.Tensor, Callable | None] | None:
+        """(rows, ids, matmul) of the draft vocabulary in the LM head in use (the target's, once
+        vLLM shares it after loading), taken once per head; None: draft with the full head."""
         ids = self.dflash_draft_ids
         weight = getattr(self.lm_head, "weight", None)
         if ids is None or not isinstance(weight, torch.Tensor):
             return None
         if self._draft_head is None or self._draft_head[0] != weight.data_ptr():
             if weight.shape[0] <= int(ids[-1]):  # e.g. a vocabulary-sharded head (tensor parallel)
-                self._draft_head = (weight.data_ptr(), None, None)
+                self._draft_head = (weight.data_ptr(), None, None, None)
             else:
                 on_device = ids.to(weight.device)
-                self._draft_head = (weight.data_ptr(), weight.detach()[on_device].contiguous(),
-                                    on_device)
-        _, rows, on_device = self._draft_head
-        return None if rows is None else (rows, on_device)
+                rows = weight.detach()[on_device].contiguous()
+                self._draft_head = (weight.data_ptr(), rows, on_device, prepacked_matmul(rows))
+        _, rows, on_device, matmul = self._draft_head
+        return None if rows is None else (rows, on_device, matmul)
 
     def compute_logits(self, hidden_states: torch.Tensor) -> torch.Tensor | None:
         """Full-vocabulary draft logits (vLLM samples from them when drafting at T > 0)."""
@@ -138,7 +162,8 @@ class DFlashVllmDrafter(DFlashQwen3ForCausalLM):
         if reduced is None:
             return self.compute_logits(hidden_states).argmax(dim=-1)
         small, ids = reduced
-        return ids[small.argmax(dim=-1)]
+        # max(dim).indices is argmax (the first maximum too), ~3x faster than argmax on a CPU
+        return ids[small.max(dim=-1).indices]
 
     def _draft_vocab_logits(self, hidden_states: torch.Tensor
                             ) -> tuple[torch.Tensor, torch.Tensor] | None:
@@ -148,8 +173,8 @@ class DFlashVllmDrafter(DFlashQwen3ForCausalLM):
         draft_head = self._draft_head_rows()
         if draft_head is None:
             return None
-        rows, ids = draft_head
-        small = draft_vocab_logits(hidden_states, rows)
+        rows, ids, matmul = draft_head
+        small = draft_vocab_logits(hidden_states, rows, matmul)
         self._record_confidence(small)
         return small, ids
 

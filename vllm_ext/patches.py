@@ -1,4 +1,5 @@
-"""The one patch this plugin applies to vLLM, and its guards.
+"""The propose patch (P1), its guards, and the context writes it does for skipped draft passes.
+The plugin's only other patch, P2, is in vllm_ext/zero_draft_sampling.py, with its own ledger.
 
 Ledger
 ------

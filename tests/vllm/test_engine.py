@@ -177,6 +177,7 @@ def worker_calls():
             outside[ids] = False
         return dict(num_ids=None if ids is None else ids.numel(),
                     vocab=logits.shape[-1],
+                    prepacked=model._draft_head is not None and model._draft_head[3] is not None,
                     top_tokens_match=bool(torch.equal(model.get_top_tokens(hidden),
                                                       logits.argmax(-1))),
                     outside_is_minus_inf=bool(torch.isneginf(logits[:, outside]).all()),
@@ -206,9 +207,15 @@ def worker_calls():
 
         return getattr(executor.sample_and_take_drafts, "calls", None)
 
+    def sampler_short_cuts(worker):
+        from vllm_ext.zero_draft_sampling import ShortCutCounter
+
+        return ShortCutCounter.steps
+
     return dict(drafter_class=drafter_class, set_policy=set_policy, timed_steps=timed_steps,
                 drafts_via_top_tokens=drafts_via_top_tokens,
                 count_bundled_rpcs=count_bundled_rpcs, bundled_rpcs=bundled_rpcs,
+                sampler_short_cuts=sampler_short_cuts,
                 record_drafts=record_drafts, draft_log=draft_log, drafts_seen=drafts_seen,
                 draft_head_check=draft_head_check)
 
@@ -235,7 +242,10 @@ def runs(target_path, random_drafter):
         results["draft_head"] = llm.collective_rpc(calls["draft_head_check"])[0]
         for mode in ("stagger", "adaptive", "full", "off"):
             llm.collective_rpc(calls["set_policy"], args=(mode,))
+            short_cuts = llm.collective_rpc(calls["sampler_short_cuts"])[0]
             outputs, results[f"{mode}_counts"] = counted(llm, lambda: generate(llm, PROMPTS))
+            results[f"{mode}_short_cuts"] = (llm.collective_rpc(calls["sampler_short_cuts"])[0]
+                                             - short_cuts)
             results[f"{mode}_batch"] = token_ids(outputs)
             results[f"{mode}_request_metrics"] = [o.outputs[0].spec_decode_metrics
                                                   for o in outputs]
@@ -294,9 +304,18 @@ def test_the_draft_head_uses_the_checkpoints_training_vocabulary(runs):
     head = runs["draft_head"]
     assert head["num_ids"] == ids.numel() < head["vocab"] == 49152
     assert head["outside_is_minus_inf"] and head["argmax_matches"]
+    assert head["prepacked"], "on this CPU the draft head runs through vLLM's oneDNN kernel"
     # Greedy drafts skip the full-vocabulary logits (get_top_tokens), with the same tokens.
     assert head["top_tokens_match"]
     assert runs["plugin_top_tokens"] and not runs["native_top_tokens"]
+
+
+def test_steps_without_drafts_skip_the_rejection_kernels(runs):
+    # Policy off: every decoding step verifies nothing, so each one takes P2's short cut (and
+    # its output is checked lossless below); full blocks: only steps without drafts (the
+    # prefill) do.
+    assert runs["off_short_cuts"] >= MAX_TOKENS - 1
+    assert runs["full_short_cuts"] < runs["off_short_cuts"] // 4
 
 
 @pytest.mark.parametrize("mode", ["stagger", "adaptive", "full", "off"])

@@ -1,0 +1,89 @@
+"""P2: a short cut through vLLM's rejection sampler for steps that verify no drafts.
+
+Ledger
+------
+P2  Target:  vllm.v1.sample.rejection_sampler.RejectionSampler.forward (V1 model runner).
+    Why:     with load-aware drafting most steps under load verify no drafts at all, yet a
+             speculative engine sends every step through the rejection sampler. For such a step
+             it indexes and copies the logits, runs the plain sampler in its logprob-returning
+             mode (a float32 copy of the whole [batch, vocab] logits), upcasts and processes an
+             empty target block and launches the rejection kernels on empty inputs, only to
+             return the bonus tokens the plain sampler drew. On vLLM-CPU that was ~1.5% of the
+             worker's time at concurrency 4 with the drafts all vetoed (py-spy).
+    How:     when the step verifies no drafts (metadata.max_spec_len == 0), no logprobs are
+             asked for, and synthetic acceptance (a benchmarking mode) is off, it returns the
+             plain sampler's tokens for the bonus rows directly: the same call on the same
+             logits that the original makes first, so the tokens are identical at T=0 and,
+             when sampling, seeded requests draw the same tokens (rejection_sample leaves their
+             generators alone when they have no drafts); the original's only other draw, on the
+             unseeded global stream, is skipped. Any other step runs the original unchanged.
+             DFLASH_SAMPLER_SHORTCUT=off keeps it out (vllm_ext.drafting).
+    Scope:   installed only in a worker that builds this plugin's drafter (vllm_ext.model), next
+             to P1, so other speculative methods in other engines keep vLLM's sampler as is.
+    Guard:   vLLM release series in vllm_ext.plugin.TESTED_VLLM (or the skip-version-check
+             override) and RejectionSampler.forward with the parameters used here; otherwise
+             nothing is patched (logged).
+    Removal: when vLLM's runner skips the rejection sampler for steps without drafts.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+
+logger = logging.getLogger(f"vllm.{__name__}")  # under vLLM's log handler
+
+_MARKER = "__dflash_plugin_original__"
+FORWARD_PARAMS = ("self", "metadata", "draft_probs", "logits", "sampling_metadata")
+
+
+class ShortCutCounter:
+    """Steps that took the short cut, per process (read by tests through a worker RPC)."""
+
+    steps = 0
+
+
+def verifies_nothing(sampler, metadata, sampling_metadata) -> bool:
+    """Whether this rejection-sampler call can be answered by the plain sampler alone."""
+    return (getattr(metadata, "max_spec_len", None) == 0
+            and sampling_metadata.max_num_logprobs is None
+            and not sampling_metadata.logprob_token_ids
+            and not getattr(sampler, "synthetic_mode", False))
+
+
+def guard_problems(sampler_cls) -> list[str]:
+    from vllm_ext.guards import signature_problems, version_problems
+
+    return version_problems() + signature_problems(
+        sampler_cls, {"forward": FORWARD_PARAMS},
+        unwrap=lambda method: getattr(method, _MARKER, method))
+
+
+def install_zero_draft_sampling() -> bool:
+    """Apply P2 once per process; True if it is (now or already) in place."""
+    from vllm.v1.outputs import SamplerOutput
+    from vllm.v1.sample.rejection_sampler import RejectionSampler
+
+    if hasattr(RejectionSampler.forward, _MARKER):
+        return True
+    problems = guard_problems(RejectionSampler)
+    if problems:
+        logger.warning("dflash plugin: steps without drafts go through vLLM's full rejection "
+                       "sampler (%s)", "; ".join(problems))
+        return False
+    original = RejectionSampler.forward
+
+    @functools.wraps(original)
+    def forward(self, metadata, draft_probs, logits, sampling_metadata):
+        if not verifies_nothing(self, metadata, sampling_metadata):
+            return original(self, metadata, draft_probs, logits, sampling_metadata)
+        ShortCutCounter.steps += 1
+        bonus = self.sampler(logits=logits[metadata.bonus_logits_indices],
+                             sampling_metadata=sampling_metadata, predict_bonus_token=True)
+        return SamplerOutput(sampled_token_ids=bonus.sampled_token_ids, logprobs_tensors=None)
+
+    setattr(forward, _MARKER, original)
+    RejectionSampler.forward = forward
+    logger.info("dflash plugin: patched RejectionSampler.forward (steps without drafts skip "
+                "the rejection kernels)")
+    return True
