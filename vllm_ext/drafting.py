@@ -6,7 +6,7 @@ One `Drafting` object lives on each drafter built by this plugin (`DFlashVllmDra
 Environment (read in the worker when the drafter is built):
   DFLASH_DRAFT_POLICY = adaptive (default) | full | off | stagger
   DFLASH_COST_MODEL   = "verify_per_token=0.09,draft_fixed=0.15,..." overrides fields of the
-                        platform's preset (draft_policy.CPU_COSTS / CUDA_COSTS)
+                        platform's preset (draft_policy.VLLM_CPU_COSTS / CUDA_COSTS)
   DFLASH_RATE_GUARD   = off (default) | on | window: time real steps and stop drafting where it
                         is measured slower than plain decoding (rate_guard.py). "on" compares
                         single drafted and plain steps (RateGuard); "window" compares windows of
@@ -37,8 +37,8 @@ from dataclasses import dataclass
 import torch
 
 from dflash_plugin.draft_policy import (
-    CPU_COSTS,
     CUDA_COSTS,
+    VLLM_CPU_COSTS,
     CostModel,
     DraftPolicy,
     PolicyMode,
@@ -70,7 +70,7 @@ def policy_mode_from_env() -> PolicyMode:
 
 
 def cost_model_from_env(is_cpu: bool) -> CostModel:
-    base = CPU_COSTS if is_cpu else CUDA_COSTS
+    base = VLLM_CPU_COSTS if is_cpu else CUDA_COSTS
     return parse_cost_model(os.environ.get(COST_MODEL_ENV, ""), base)
 
 

@@ -35,14 +35,11 @@ P1  Target:  vllm.v1.spec_decode.dflash.DFlashProposer.propose  (V1 model runner
 
 from __future__ import annotations
 
-import functools
 import logging
 
 import torch
 
 logger = logging.getLogger(f"vllm.{__name__}")  # under vLLM's log handler
-
-_MARKER = "__dflash_plugin_original__"
 
 PROPOSE_PARAMS = ("self", "num_speculative_tokens", "target_token_ids", "target_positions",
                   "target_hidden_states", "next_token_ids", "token_indices_to_sample",
@@ -56,29 +53,32 @@ BUILD_INPUTS_PARAMS = ("self", "num_tokens", "num_input_tokens", "mm_embed_input
 CONTEXT_BUFFERS = ("_context_positions_buffer", "_context_slot_mapping_buffer")
 
 
-def _guard_failures(proposer_cls) -> list[str]:
-    from vllm_ext.guards import signature_problems, version_problems
+# The proposer methods P1 overrides or calls, with the parameters it was written against.
+EXPECTED_PARAMS = {"propose": PROPOSE_PARAMS, "set_inputs_first_pass": SET_INPUTS_PARAMS,
+                   "build_model_inputs_first_pass": BUILD_INPUTS_PARAMS}
 
-    expected = {"propose": PROPOSE_PARAMS, "set_inputs_first_pass": SET_INPUTS_PARAMS,
-                "build_model_inputs_first_pass": BUILD_INPUTS_PARAMS}
-    return version_problems() + signature_problems(
-        proposer_cls, expected, unwrap=lambda method: getattr(method, _MARKER, method))
+
+def _guard_failures(proposer_cls) -> list[str]:
+    from vllm_ext.guards import hook_problems
+
+    return hook_problems(proposer_cls, EXPECTED_PARAMS)
 
 
 def install_propose_patch() -> bool:
     """Apply P1 once per process; True if it is (now or already) in place."""
     from vllm.v1.spec_decode.dflash import DFlashProposer
 
-    if hasattr(DFlashProposer.propose, _MARKER):
-        return True
-    problems = _guard_failures(DFlashProposer)
-    if problems:
-        logger.warning("dflash plugin: load-aware drafting disabled, vLLM's full-block drafting "
-                       "is used instead (%s)", "; ".join(problems))
-        return False
-    original = DFlashProposer.propose
+    from vllm_ext.guards import patch_method
 
-    @functools.wraps(original)
+    return patch_method(
+        DFlashProposer, "propose", _load_aware_propose, EXPECTED_PARAMS,
+        refused="load-aware drafting disabled, vLLM's full-block drafting is used instead",
+        applied="load-aware drafting")
+
+
+def _load_aware_propose(original):
+    """P1's replacement for DFlashProposer.propose, around vLLM's `original`."""
+
     def propose(self, num_speculative_tokens, target_token_ids, target_positions,
                 target_hidden_states, next_token_ids, token_indices_to_sample,
                 common_attn_metadata, sampling_metadata, mm_embed_inputs=None,
@@ -109,10 +109,7 @@ def install_propose_patch() -> bool:
             drafts = original(self, *args)
         return drafting.select(drafts, next_token_ids)
 
-    setattr(propose, _MARKER, original)
-    DFlashProposer.propose = propose
-    logger.info("dflash plugin: patched DFlashProposer.propose (load-aware drafting)")
-    return True
+    return propose
 
 
 def _prefer_drafter_top_tokens(proposer):

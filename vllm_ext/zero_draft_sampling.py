@@ -28,12 +28,8 @@ P2  Target:  vllm.v1.sample.rejection_sampler.RejectionSampler.forward (V1 model
 
 from __future__ import annotations
 
-import functools
-import logging
+from vllm_ext.guards import hook_problems, patch_method
 
-logger = logging.getLogger(f"vllm.{__name__}")  # under vLLM's log handler
-
-_MARKER = "__dflash_plugin_original__"
 FORWARD_PARAMS = ("self", "metadata", "draft_probs", "logits", "sampling_metadata")
 
 
@@ -52,11 +48,7 @@ def verifies_nothing(sampler, metadata, sampling_metadata) -> bool:
 
 
 def guard_problems(sampler_cls) -> list[str]:
-    from vllm_ext.guards import signature_problems, version_problems
-
-    return version_problems() + signature_problems(
-        sampler_cls, {"forward": FORWARD_PARAMS},
-        unwrap=lambda method: getattr(method, _MARKER, method))
+    return hook_problems(sampler_cls, {"forward": FORWARD_PARAMS})
 
 
 def install_zero_draft_sampling() -> bool:
@@ -64,26 +56,18 @@ def install_zero_draft_sampling() -> bool:
     from vllm.v1.outputs import SamplerOutput
     from vllm.v1.sample.rejection_sampler import RejectionSampler
 
-    if hasattr(RejectionSampler.forward, _MARKER):
-        return True
-    problems = guard_problems(RejectionSampler)
-    if problems:
-        logger.warning("dflash plugin: steps without drafts go through vLLM's full rejection "
-                       "sampler (%s)", "; ".join(problems))
-        return False
-    original = RejectionSampler.forward
+    def make_forward(original):
+        def forward(self, metadata, draft_probs, logits, sampling_metadata):
+            if not verifies_nothing(self, metadata, sampling_metadata):
+                return original(self, metadata, draft_probs, logits, sampling_metadata)
+            ShortCutCounter.steps += 1
+            bonus = self.sampler(logits=logits[metadata.bonus_logits_indices],
+                                 sampling_metadata=sampling_metadata, predict_bonus_token=True)
+            return SamplerOutput(sampled_token_ids=bonus.sampled_token_ids,
+                                 logprobs_tensors=None)
+        return forward
 
-    @functools.wraps(original)
-    def forward(self, metadata, draft_probs, logits, sampling_metadata):
-        if not verifies_nothing(self, metadata, sampling_metadata):
-            return original(self, metadata, draft_probs, logits, sampling_metadata)
-        ShortCutCounter.steps += 1
-        bonus = self.sampler(logits=logits[metadata.bonus_logits_indices],
-                             sampling_metadata=sampling_metadata, predict_bonus_token=True)
-        return SamplerOutput(sampled_token_ids=bonus.sampled_token_ids, logprobs_tensors=None)
-
-    setattr(forward, _MARKER, original)
-    RejectionSampler.forward = forward
-    logger.info("dflash plugin: patched RejectionSampler.forward (steps without drafts skip "
-                "the rejection kernels)")
-    return True
+    return patch_method(
+        RejectionSampler, "forward", make_forward, {"forward": FORWARD_PARAMS},
+        refused="steps without drafts go through vLLM's full rejection sampler",
+        applied="steps without drafts skip the rejection kernels")

@@ -6,6 +6,7 @@ import torch
 from dflash_plugin.draft_policy import (
     CPU_COSTS,
     CUDA_COSTS,
+    VLLM_CPU_COSTS,
     ConfidenceCalibration,
     CostModel,
     DraftPolicy,
@@ -32,7 +33,7 @@ def test_no_drafts_when_the_gain_does_not_pay_for_them():
     assert plan(32, 0.6) == [0] * 32
 
 
-@pytest.mark.parametrize("costs", [CPU_COSTS, CUDA_COSTS])
+@pytest.mark.parametrize("costs", [CPU_COSTS, VLLM_CPU_COSTS, CUDA_COSTS])
 @pytest.mark.parametrize("acceptance", [0.5, 0.7, 0.85, 0.95])
 def test_drafts_shrink_as_the_batch_grows(costs, acceptance):
     per_request = [max(plan(batch, acceptance, costs)) for batch in (1, 2, 4, 8, 16, 32, 64)]
@@ -134,3 +135,22 @@ def test_batch_size_schedule_for_engines_without_per_request_lengths():
     assert all(a[1] + 1 == b[0] for a, b in zip(schedule, schedule[1:]))  # contiguous
     ks = [k for _, _, k in schedule]
     assert ks == sorted(ks, reverse=True) and ks[0] > 0 and ks[-1] == 0
+
+
+def test_the_vllm_adapter_takes_its_platforms_preset(monkeypatch):
+    from dataclasses import replace
+
+    from vllm_ext.drafting import COST_MODEL_ENV, cost_model_from_env
+
+    monkeypatch.delenv(COST_MODEL_ENV, raising=False)
+    assert cost_model_from_env(is_cpu=True) == VLLM_CPU_COSTS
+    assert cost_model_from_env(is_cpu=False) == CUDA_COSTS
+    monkeypatch.setenv(COST_MODEL_ENV, "draft_fixed=0.5")
+    assert cost_model_from_env(is_cpu=True) == replace(VLLM_CPU_COSTS, draft_fixed=0.5)
+
+
+def test_compiled_vllm_cpu_preset_drafts_at_low_load_only():
+    # What the compiled vLLM-CPU costs imply for a drafter accepting ~half its drafts (the
+    # shipped one on the bench prompts): short drafts for one request, none under load.
+    assert 0 < max(plan(1, 0.5, VLLM_CPU_COSTS)) <= 4
+    assert plan(16, 0.5, VLLM_CPU_COSTS) == [0] * 16

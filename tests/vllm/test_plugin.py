@@ -84,14 +84,15 @@ def test_patch_guards_refuse_untested_versions_and_changed_signatures(monkeypatc
 def test_patch_is_applied_once(monkeypatch):
     from vllm.v1.spec_decode.dflash import DFlashProposer
 
-    from vllm_ext.patches import _MARKER, install_propose_patch
+    from vllm_ext.guards import PATCH_MARKER
+    from vllm_ext.patches import install_propose_patch
 
     original = DFlashProposer.propose  # inherited from SpecDecodeBaseProposer
     monkeypatch.setattr(DFlashProposer, "propose", original)  # undone after the test
     assert install_propose_patch() and install_propose_patch()
     patched = DFlashProposer.propose
-    assert getattr(patched, _MARKER) is original
-    assert not hasattr(getattr(patched, _MARKER), _MARKER)
+    assert getattr(patched, PATCH_MARKER) is original
+    assert not hasattr(getattr(patched, PATCH_MARKER), PATCH_MARKER)
 
 
 def test_pair_check_reads_vllm_configs(target_path, random_drafter, drafter_for_wider_target):

@@ -39,14 +39,15 @@ def samplers():
     from vllm.v1.sample.rejection_sampler import RejectionSampler
     from vllm.v1.sample.sampler import Sampler
 
-    from vllm_ext.zero_draft_sampling import _MARKER, install_zero_draft_sampling
+    from vllm_ext.guards import PATCH_MARKER
+    from vllm_ext.zero_draft_sampling import install_zero_draft_sampling
 
     # As the CPU worker does at start-up: C++ kernels in place of Triton's where it has no CPU
     # backend (the original rejection sampler launches them).
     current_platform.register_triton_kernel_overrides()
     assert install_zero_draft_sampling() and install_zero_draft_sampling()  # idempotent
     patched = RejectionSampler.forward
-    return patched, getattr(patched, _MARKER), RejectionSampler(Sampler())
+    return patched, getattr(patched, PATCH_MARKER), RejectionSampler(Sampler())
 
 
 def metadata_for(drafts: list[list[int]]):
