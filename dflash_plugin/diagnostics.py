@@ -37,12 +37,18 @@ class LogitGap:
 
 
 @torch.inference_mode()
-def logit_gap_at(target: nn.Module, prompt_ids: torch.Tensor | list[int],
-                 prefix_tokens: list[int]) -> LogitGap:
-    """Top-2 next-token logits of the target (in its own dtype, one uncached pass) after the
-    prompt followed by `prefix_tokens`."""
+def next_token_logits(target: nn.Module, prompt_ids: torch.Tensor | list[int],
+                      prefix_tokens: list[int]) -> torch.Tensor:
+    """The target's next-token logits [vocab] (computed in its own dtype, one uncached pass,
+    returned as float32) after the prompt followed by `prefix_tokens`."""
     prompt = torch.as_tensor(prompt_ids, dtype=torch.long).reshape(1, -1)
     prefix = torch.tensor([list(prefix_tokens)], dtype=torch.long)
-    logits = target(torch.cat([prompt, prefix], dim=1)).logits[0, -1].float()
-    top = torch.topk(logits, 2)
+    return target(torch.cat([prompt, prefix], dim=1)).logits[0, -1].float()
+
+
+def logit_gap_at(target: nn.Module, prompt_ids: torch.Tensor | list[int],
+                 prefix_tokens: list[int]) -> LogitGap:
+    """Top-2 next-token logits of the target (see next_token_logits) after the prompt followed
+    by `prefix_tokens`."""
+    top = torch.topk(next_token_logits(target, prompt_ids, prefix_tokens), 2)
     return LogitGap(tuple(top.indices.tolist()), tuple(top.values.tolist()))

@@ -1,6 +1,10 @@
 """Greedy speculative vs plain decoding in bfloat16 on the real target. Verifying a block and
 decoding one token at a time round differently in bf16, so outputs may part; where they do,
-the target's top two logits must be a near-tie (the divergence is rounding, not a bug)."""
+both tokens chosen must be a near-tie for the top logit (the divergence is rounding, not a
+bug). The tie is judged on a third computation, the whole prefix in one uncached pass, which
+rounds differently again: with three candidates within a step of each other its top two need
+not be the two tokens the decoders chose, so each chosen token's own distance to its top is
+what is checked."""
 
 import math
 
@@ -8,13 +12,17 @@ import pytest
 import torch
 from core_helpers import EOS, PROMPTS, make_drafter
 
-from dflash_plugin.diagnostics import first_divergence, logit_gap_at
+from dflash_plugin.diagnostics import first_divergence, logit_gap_at, next_token_logits
 from dflash_plugin.generate import SpecDecoder, generate_plain
 
 pytestmark = pytest.mark.slow
 
 MAX_NEW = 48
-MIN_MATCHES = 6
+# How many of the 8 outputs come out identical depends on the CPU's bf16 kernels: 6 or more on
+# the machine this test was written on, 3 on a later one (the other 5 parted at exact bf16 ties,
+# 0-1 steps apart). The near-tie check on every divergence is the real test; this only keeps it
+# from passing on outputs that all part at once.
+MIN_MATCHES = 2
 # SmolLM2's bf16 logits are ~15-35 and carry 8 significant bits, so neighbouring values are
 # 0.125 (16-32) or 0.25 (32-64) apart: no gap below one step can even be seen. A near-tie is a
 # gap of at most 2 such steps (measured divergences: 0.25 at 18.75 and 0.25 at 32.25).
@@ -57,15 +65,16 @@ def test_bf16_spec_matches_plain_or_diverges_at_near_ties(smollm_bf16, target_f3
             report.append(f"prompt {i}: identical ({len(plain)} tokens)")
             continue
         assert d < min(len(plain), len(spec)), "one output is a prefix of the other"
+        logits = next_token_logits(target, ids, plain[:d])
+        top = float(logits.max())
+        steps = {token: (top - float(logits[token])) / bf16_step(top)
+                 for token in (plain[d], spec[d])}
         gap = logit_gap_at(target, ids, plain[:d])
         f32 = logit_gap_at(target_f32, ids, plain[:d])  # for the report: the float32 view
-        steps = gap.gap / bf16_step(gap.top_logits[0])
         report.append(f"prompt {i}: diverge at {d}/{len(plain)}: plain {plain[d]} spec {spec[d]}, "
-                      f"bf16 top-2 {gap.top_ids} logits {gap.top_logits[0]:.4f} "
-                      f"{gap.top_logits[1]:.4f}, gap {gap.gap:.4f} = {steps:g} bf16 steps "
-                      f"({100 * gap.relative_gap:.2f}%); float32 top-2 {f32.top_ids} "
-                      f"gap {f32.gap:.4f}")
-        assert {plain[d], spec[d]} == set(gap.top_ids), report[-1]
-        assert steps <= MAX_STEPS, report[-1]
+                      f"bf16 steps below the top logit {top:.4f}: {steps}; bf16 top-2 "
+                      f"{gap.top_ids} gap {gap.gap:.4f} ({100 * gap.relative_gap:.2f}%); "
+                      f"float32 top-2 {f32.top_ids} gap {f32.gap:.4f}")
+        assert max(steps.values()) <= MAX_STEPS, report[-1]
     print(f"\nbf16 greedy spec == plain on {matches}/{len(PROMPTS)} prompts\n" + "\n".join(report))
     assert matches >= MIN_MATCHES

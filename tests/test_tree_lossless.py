@@ -220,7 +220,9 @@ class RankedDecoder(TreeDecoder):
 
 def chi_square_pvalue(counts: dict, law: dict, runs: int) -> float:
     outcomes = sorted(law, key=law.get, reverse=True)
-    observed, expected = [counts[s] for s in outcomes], [runs * law[s] for s in outcomes]
+    total = sum(law.values())  # 1 up to float32 rounding, which scipy's sum check would refuse
+    observed = [counts[s] for s in outcomes]
+    expected = [runs * law[s] / total for s in outcomes]
     while expected[-1] < 5:  # pool rare outcomes so the chi-square approximation holds
         observed[-2:] = [sum(observed[-2:])]
         expected[-2:] = [sum(expected[-2:])]
