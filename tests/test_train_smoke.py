@@ -184,3 +184,47 @@ def test_continue_from_a_shallower_checkpoint_grows_it(store, tmp_path, smollm_b
     grown.run()
     assert grown.drafter.layers[1].mlp.down_proj.weight.any()  # it learnt, away from identity
     assert len(load_drafter(tmp_path / "b" / "checkpoint").layers) == 2
+
+
+def test_distillation_teacher_is_the_targets_next_token_distribution(store, smollm_bf16):
+    from dflash_plugin.train.trainer import teacher_log_probs
+    from core_helpers import make_drafter
+
+    model, _ = smollm_bf16
+    online = OnlineFeatures(model, store / "responses.jsonl", [1, 8, 14, 20, 27])
+    seq = online.sequences[2]
+    features, final_hidden = online.features_and_final_hidden(seq)
+    assert torch.equal(features, online.features(seq))
+    drafter = make_drafter(model, num_draft_layers=1, dtype=torch.float32)
+    positions = torch.arange(seq.prompt_len, seq.length)
+    teacher = teacher_log_probs(drafter, final_hidden, positions, model.get_output_embeddings())
+    with torch.inference_mode():
+        logits = model(torch.tensor([seq.input_ids])).logits[0].float()
+    expected = logits[positions - 1].log_softmax(-1)
+    assert torch.allclose(teacher.exp(), expected.exp(), atol=0.02)
+    # The greedy answer the target wrote is what its distribution puts first.
+    agree = (teacher.argmax(-1) == expected.argmax(-1)).float().mean()
+    assert agree > 0.9, agree
+
+
+def test_distillation_needs_online_features_and_trains(store, tmp_path, smollm_bf16):
+    model, _ = smollm_bf16
+    with pytest.raises(ValueError, match="--online-features"):
+        Trainer(_config(store, tmp_path / "stored", distill_weight=0.5), model)
+    online = OnlineFeatures(model, store / "responses.jsonl", [1, 8, 14, 20, 27])
+    with pytest.raises(ValueError, match="outside \\[0, 1\\]"):
+        Trainer(_config(store, tmp_path / "bad", distill_weight=1.5), model, online)
+    trainer = Trainer(_config(store, tmp_path / "kd", max_steps=30, distill_weight=0.5), model,
+                      online)
+    trainer.run()
+    rows = [json.loads(line) for line in (tmp_path / "kd" / "metrics.jsonl").open()]
+    first = sum(r["loss"] for r in rows[:5]) / 5
+    last = sum(r["loss"] for r in rows[-5:]) / 5
+    assert last < 0.8 * first, (first, last)
+    # The KL term changes the gradient: the same run without it ends elsewhere.
+    plain = Trainer(_config(store, tmp_path / "ce", max_steps=3), model, online)
+    plain.run()
+    mixed = Trainer(_config(store, tmp_path / "kd3", max_steps=3, distill_weight=0.5), model,
+                    online)
+    mixed.run()
+    assert not torch.equal(plain.drafter.fc.weight, mixed.drafter.fc.weight)

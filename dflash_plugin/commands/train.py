@@ -43,6 +43,10 @@ def add_arguments(p):
                    help="train stage: run the target on each sequence as training reaches it "
                         "instead of reading the features stage's store (no disk; the same cost "
                         "for about one epoch, dearer for more)")
+    p.add_argument("--distill-weight", type=float, default=0.0,
+                   help="share of the loss (0-1) that is a KL towards the target's whole "
+                        "next-token distribution instead of cross-entropy on its token (not in "
+                        "the paper; needs --online-features; default 0: the paper's loss)")
     p.add_argument("--init-from", help="continue from this drafter checkpoint (fresh schedule); "
                    "one with fewer layers than --num-draft-layers is grown by layers that start "
                    "as the identity")
@@ -124,7 +128,8 @@ def run(args) -> int:
                           draft_vocab_size=args.draft_vocab_size, epochs=args.epochs,
                           anchors_per_seq=args.anchors_per_seq, seqs_per_step=args.seqs_per_step,
                           lr=args.lr, seed=args.seed, max_steps=args.max_steps,
-                          gamma=args.gamma, init_from=args.init_from)
+                          gamma=args.gamma, init_from=args.init_from,
+                          distill_weight=args.distill_weight)
         online = None
         if args.online_features:
             from dflash_plugin.train.feature_store import OnlineFeatures

@@ -113,6 +113,14 @@ class OnlineFeatures:
         with torch.no_grad(), self._capture.active():
             return target_features(self._target, self._capture, seq.input_ids)
 
+    def features_and_final_hidden(self, seq: StoredSequence) -> tuple[torch.Tensor, torch.Tensor]:
+        """The features, and the target's final (normed) hidden states [len, H] of the same
+        pass, from which its next-token distributions follow (distillation)."""
+        with torch.no_grad(), self._capture.active():
+            final = self._target.model(torch.tensor([seq.input_ids]), use_cache=False)
+            return (self._capture.take()[0].to(torch.bfloat16),
+                    final.last_hidden_state[0].to(torch.bfloat16))
+
 
 FeatureSource = FeatureStore | OnlineFeatures  # what the trainer reads
 

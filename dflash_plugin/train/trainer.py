@@ -1,7 +1,9 @@
 """Stage 4 of training: fit the drafter on stored target features.
 
 Random anchors per sequence, each starting a block; cross-entropy weighted exp(-(k-1)/gamma)
-per block position; the target's embedding and LM head are frozen and shared; AdamW with a
+per block position (optionally mixed with a KL term towards the target's whole next-token
+distribution, renormalised over the draft vocabulary: `distill_weight`, not in the paper); the
+target's embedding and LM head are frozen and shared; AdamW with a
 cosine schedule and warm-up, gradient clipping, bf16 autocast on CPU; deterministic seeds; a
 checkpoint (published format + optimizer state) that a re-run resumes from.
 """
@@ -52,6 +54,9 @@ class TrainConfig:
     max_steps: int | None = None  # stop early (smoke tests), keeping the schedule of `epochs`
     init_from_target: bool = True  # start from the target's own layers (see init_from_target)
     init_from: str | None = None  # start from this drafter checkpoint instead (new schedule)
+    # Share of the loss that matches the target's whole next-token distribution (KL) instead of
+    # its greedy token alone (not in the paper; needs online features). 0: the paper's loss.
+    distill_weight: float = 0.0
 
 
 def select_draft_vocab(store: FeatureSource, size: int, vocab_size: int) -> torch.Tensor:
@@ -119,6 +124,18 @@ def check_continuation(drafter: DFlashDraftModel, cfg: TrainConfig, store: Featu
         raise ValueError(f"--init-from {cfg.init_from} does not fit this run: " + ", ".join(bad))
 
 
+@torch.no_grad()
+def teacher_log_probs(drafter: DFlashDraftModel, final_hidden: torch.Tensor,
+                      block_positions: torch.Tensor, target_head) -> torch.Tensor:
+    """The target's next-token log-probabilities for each block position's token, over the
+    draft vocabulary: the token at position p is predicted from the final hidden state at p-1.
+    Rows for the bonus position and past the sequence are clamped copies (their weight is 0)."""
+    previous = (block_positions - 1).clamp(0, final_hidden.shape[0] - 1)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        logits = drafter.draft_logits(final_hidden[previous], target_head).float()
+    return logits.log_softmax(-1)
+
+
 def lr_at(step: int, total: int, cfg: TrainConfig) -> float:
     warmup = max(1, int(total * cfg.warmup_ratio))
     if step < warmup:
@@ -134,6 +151,12 @@ class Trainer:
         self.out = Path(cfg.out_dir)
         self.out.mkdir(parents=True, exist_ok=True)
         self.store = features if features is not None else FeatureStore(cfg.store)
+        if not 0.0 <= cfg.distill_weight <= 1.0:
+            raise ValueError(f"distill_weight {cfg.distill_weight} is outside [0, 1]")
+        if cfg.distill_weight and not isinstance(self.store, OnlineFeatures):
+            raise ValueError("distillation needs the target's final hidden states, which only "
+                             "online features compute (--online-features); the feature store "
+                             "keeps the selected layers only")
         if not self.store.sequences:
             source = "the online feature source" if features is not None else cfg.store
             raise ValueError(f"feature source {source} holds no sequences")
@@ -184,8 +207,12 @@ class Trainer:
         ids = torch.tensor(seq.input_ids)
         anchors = sample_anchors(seq.prompt_len, seq.length, self.cfg.anchors_per_seq, self.generator)
         batch = make_block_batch(ids, anchors, self.cfg.block_size, self.cfg.mask_token_id, self.gamma)
+        if self.cfg.distill_weight:
+            features, final_hidden = self.store.features_and_final_hidden(seq)
+        else:
+            features, final_hidden = self.store.features(seq), None
         with torch.autocast("cpu", dtype=torch.bfloat16):
-            context = self.drafter.fuse_context(self.store.features(seq)[None])
+            context = self.drafter.fuse_context(features[None])
             hidden = self.drafter(self.embed(batch.block_ids)[None], context,
                                   batch.block_positions[None], torch.arange(seq.length)[None],
                                   attn_mask=batch.blockwise_mask)
@@ -198,8 +225,15 @@ class Trainer:
             labels = target_to_draft[labels]
             weights = weights * (labels >= 0)
             labels = labels.clamp(min=0)
-        ce = F.cross_entropy(logits, labels, reduction="none")
-        loss = (ce * weights).sum() / weights.sum().clamp(min=1e-6)
+        per_position = F.cross_entropy(logits, labels, reduction="none")
+        if final_hidden is not None:
+            teacher = teacher_log_probs(self.drafter, final_hidden, batch.block_positions,
+                                        self.target_head)
+            kl = F.kl_div(logits.log_softmax(-1), teacher, log_target=True,
+                          reduction="none").sum(-1)
+            alpha = self.cfg.distill_weight
+            per_position = (1 - alpha) * per_position + alpha * kl
+        loss = (per_position * weights).sum() / weights.sum().clamp(min=1e-6)
         correct = (logits.argmax(-1) == labels) & (weights > 0)
         tau = 1 + leading_matches(correct, self.cfg.block_size).float().mean()
         return loss, {"loss": float(loss.detach()), "tau": float(tau), "blocks": batch.num_blocks}
