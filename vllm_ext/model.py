@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 from vllm.config import VllmConfig
@@ -86,6 +87,16 @@ def prepacked_matmul(rows: torch.Tensor) -> Callable[[torch.Tensor], torch.Tenso
     return lambda x: ops.onednn_mm(handler, x, None)
 
 
+@dataclass(frozen=True)
+class DraftHead:
+    """The draft vocabulary's rows of the LM head in use, taken once per head."""
+
+    source_ptr: int  # data_ptr of the LM head weight they were taken from
+    rows: torch.Tensor | None  # [draft vocab, hidden]; None: this head cannot be reduced
+    ids: torch.Tensor | None  # their target ids, on the head's device
+    matmul: Callable[[torch.Tensor], torch.Tensor] | None  # prepacked x @ rows.T, or None
+
+
 class DFlashVllmDrafter(DFlashQwen3ForCausalLM):
     def __init__(self, *, vllm_config: VllmConfig, prefix: str = ""):
         check_pair_shapes(*pair_shapes(vllm_config))
@@ -107,9 +118,7 @@ class DFlashVllmDrafter(DFlashQwen3ForCausalLM):
         elif sampler_shortcut_from_env():
             install_zero_draft_sampling()
         self.dflash_draft_ids = None  # sorted target ids (CPU) the draft head is restricted to
-        # (data_ptr of the LM head it was taken from, its rows, the ids on their device, a
-        # prepacked matmul for them or None) or None
-        self._draft_head: tuple | None = None
+        self._draft_head: DraftHead | None = None
         if draft_vocab_from_env() and self._plain_logits():
             self.dflash_draft_ids = read_draft_vocab(spec.draft_model_config.model,
                                                      vllm_config.model_config.get_vocab_size())
@@ -127,22 +136,22 @@ class DFlashVllmDrafter(DFlashQwen3ForCausalLM):
         processor = self.logits_processor
         return processor.scale == 1.0 and getattr(processor, "soft_cap", None) is None
 
-    def _draft_head_rows(self) -> tuple[torch.Tensor, torch.Tensor, Callable | None] | None:
-        """(rows, ids, matmul) of the draft vocabulary in the LM head in use (the target's, once
-        vLLM shares it after loading), taken once per head; None: draft with the full head."""
+    def _draft_head_rows(self) -> DraftHead | None:
+        """The draft vocabulary's rows of the LM head in use (the target's, once vLLM shares it
+        after loading), taken again only when the head changes; None: draft with the full head."""
         ids = self.dflash_draft_ids
         weight = getattr(self.lm_head, "weight", None)
         if ids is None or not isinstance(weight, torch.Tensor):
             return None
-        if self._draft_head is None or self._draft_head[0] != weight.data_ptr():
+        if self._draft_head is None or self._draft_head.source_ptr != weight.data_ptr():
             if weight.shape[0] <= int(ids[-1]):  # e.g. a vocabulary-sharded head (tensor parallel)
-                self._draft_head = (weight.data_ptr(), None, None, None)
+                self._draft_head = DraftHead(weight.data_ptr(), None, None, None)
             else:
                 on_device = ids.to(weight.device)
                 rows = weight.detach()[on_device].contiguous()
-                self._draft_head = (weight.data_ptr(), rows, on_device, prepacked_matmul(rows))
-        _, rows, on_device, matmul = self._draft_head
-        return None if rows is None else (rows, on_device, matmul)
+                self._draft_head = DraftHead(weight.data_ptr(), rows, on_device,
+                                             prepacked_matmul(rows))
+        return None if self._draft_head.rows is None else self._draft_head
 
     def compute_logits(self, hidden_states: torch.Tensor) -> torch.Tensor | None:
         """Full-vocabulary draft logits (vLLM samples from them when drafting at T > 0)."""
@@ -173,10 +182,9 @@ class DFlashVllmDrafter(DFlashQwen3ForCausalLM):
         draft_head = self._draft_head_rows()
         if draft_head is None:
             return None
-        rows, ids, matmul = draft_head
-        small = draft_vocab_logits(hidden_states, rows, matmul)
+        small = draft_vocab_logits(hidden_states, draft_head.rows, draft_head.matmul)
         self._record_confidence(small)
-        return small, ids
+        return small, draft_head.ids
 
     def _record_confidence(self, logits: torch.Tensor | None):
         drafting = self.dflash_drafting

@@ -177,7 +177,7 @@ def worker_calls():
             outside[ids] = False
         return dict(num_ids=None if ids is None else ids.numel(),
                     vocab=logits.shape[-1],
-                    prepacked=model._draft_head is not None and model._draft_head[3] is not None,
+                    prepacked=getattr(model._draft_head, "matmul", None) is not None,
                     top_tokens_match=bool(torch.equal(model.get_top_tokens(hidden),
                                                       logits.argmax(-1))),
                     outside_is_minus_inf=bool(torch.isneginf(logits[:, outside]).all()),
