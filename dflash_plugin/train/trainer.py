@@ -225,12 +225,12 @@ class Trainer:
             labels = target_to_draft[labels]
             weights = weights * (labels >= 0)
             labels = labels.clamp(min=0)
-        per_position = F.cross_entropy(logits, labels, reduction="none")
+        log_probs = logits.log_softmax(-1)  # shared by the label loss and the KL term
+        per_position = F.nll_loss(log_probs, labels, reduction="none")
         if final_hidden is not None:
             teacher = teacher_log_probs(self.drafter, final_hidden, batch.block_positions,
                                         self.target_head)
-            kl = F.kl_div(logits.log_softmax(-1), teacher, log_target=True,
-                          reduction="none").sum(-1)
+            kl = F.kl_div(log_probs, teacher, log_target=True, reduction="none").sum(-1)
             alpha = self.cfg.distill_weight
             per_position = (1 - alpha) * per_position + alpha * kl
         loss = (per_position * weights).sum() / weights.sum().clamp(min=1e-6)
