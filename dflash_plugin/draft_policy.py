@@ -83,6 +83,30 @@ CPU_COSTS = CostModel(verify_fixed=1.0, verify_per_token=0.09, draft_fixed=0.15,
 # 0.24 + 0.08. The vLLM plugin uses it on CPUs (4-5% faster than CPU_COSTS at concurrency 4).
 VLLM_CPU_COSTS = CostModel(verify_fixed=1.0, verify_per_token=0.06, draft_fixed=0.24,
                            draft_per_request=0.08)
+VLLM_CPU_COSTS_LAYERS = 5  # the drafter depth VLLM_CPU_COSTS was measured with
+# What each drafter layer beyond (or short of) those 5 adds to the draft pass there, fixed and
+# per request: the 8-layer round-11 drafter against the 5-layer round 10, same target, 15 drafts
+# per pass, full blocks, compiled, batch 1 / 4 / 16: +3.7 / +10.2 / +43 ms a step on a 24.7 ms
+# plain step (docs/bench/overhead/drafter-depth-step-costs.jsonl), i.e. 0.005 + 0.036 per
+# request per layer: every layer sees 16 positions per request.
+VLLM_CPU_COSTS_PER_LAYER = (0.005, 0.036)
+
+
+def vllm_cpu_costs(num_draft_layers: int | None = None) -> CostModel:
+    """VLLM_CPU_COSTS for a drafter of `num_draft_layers` layers (None: as measured)."""
+    if num_draft_layers is None:
+        return VLLM_CPU_COSTS
+    if not isinstance(num_draft_layers, int) or num_draft_layers < 1:
+        raise ValueError(f"num_draft_layers must be a positive integer, got {num_draft_layers!r}")
+    extra = num_draft_layers - VLLM_CPU_COSTS_LAYERS
+    per_layer_fixed, per_layer_per_request = VLLM_CPU_COSTS_PER_LAYER
+    # A shallower drafter saves at most what the per-layer share can account for.
+    return replace(VLLM_CPU_COSTS,
+                   draft_fixed=max(VLLM_CPU_COSTS.draft_fixed + extra * per_layer_fixed, 0.0),
+                   draft_per_request=max(VLLM_CPU_COSTS.draft_per_request
+                                         + extra * per_layer_per_request, 0.01))
+
+
 # Not measured here (no GPU): a small target on a GPU is memory-bound, so extra verified tokens
 # are nearly free until the batch is large. Override with DFLASH_COST_MODEL after measuring.
 CUDA_COSTS = CostModel(verify_fixed=1.0, verify_per_token=0.004, draft_fixed=0.25,

@@ -6,7 +6,8 @@ One `Drafting` object lives on each drafter built by this plugin (`DFlashVllmDra
 Environment (read in the worker when the drafter is built):
   DFLASH_DRAFT_POLICY = adaptive (default) | full | off | stagger
   DFLASH_COST_MODEL   = "verify_per_token=0.09,draft_fixed=0.15,..." overrides fields of the
-                        platform's preset (draft_policy.VLLM_CPU_COSTS / CUDA_COSTS)
+                        platform's preset (draft_policy.vllm_cpu_costs(drafter depth) /
+                        CUDA_COSTS)
   DFLASH_RATE_GUARD   = off (default) | on | window: time real steps and stop drafting where it
                         is measured slower than plain decoding (rate_guard.py). "on" compares
                         single drafted and plain steps (RateGuard); "window" compares windows of
@@ -38,11 +39,11 @@ import torch
 
 from dflash_plugin.draft_policy import (
     CUDA_COSTS,
-    VLLM_CPU_COSTS,
     CostModel,
     DraftPolicy,
     PolicyMode,
     parse_cost_model,
+    vllm_cpu_costs,
 )
 from dflash_plugin.rate_guard import RateGuard, WindowGuard
 from dflash_plugin.step_costs import StepCostFit
@@ -69,8 +70,9 @@ def policy_mode_from_env() -> PolicyMode:
         raise ValueError(f"{POLICY_ENV}={value!r}: expected one of {choices}") from None
 
 
-def cost_model_from_env(is_cpu: bool) -> CostModel:
-    base = VLLM_CPU_COSTS if is_cpu else CUDA_COSTS
+def cost_model_from_env(is_cpu: bool, num_draft_layers: int | None = None) -> CostModel:
+    """The platform's preset (on CPUs scaled to the drafter's depth), then DFLASH_COST_MODEL."""
+    base = vllm_cpu_costs(num_draft_layers) if is_cpu else CUDA_COSTS
     return parse_cost_model(os.environ.get(COST_MODEL_ENV, ""), base)
 
 

@@ -107,7 +107,8 @@ class DFlashVllmDrafter(DFlashQwen3ForCausalLM):
             logger.warning("dflash plugin: num_speculative_tokens=%d exceeds the %d drafts the "
                            "drafter was trained to fill (block_size %d)",
                            spec.num_speculative_tokens, block - 1, block)
-        costs = cost_model_from_env(current_platform.is_cpu())
+        costs = cost_model_from_env(current_platform.is_cpu(),
+                                    getattr(self.config, "num_hidden_layers", None))
         policy = DraftPolicy(policy_mode_from_env(), costs, block=spec.num_speculative_tokens,
                              rate_guard=rate_guard_from_env(), cost_fit=cost_fit_from_env(costs),
                              window_guard=window_guard_from_env())

@@ -14,6 +14,7 @@ from dflash_plugin.draft_policy import (
     cumulative_acceptance,
     parse_cost_model,
     plan_draft_lengths,
+    vllm_cpu_costs,
 )
 
 BLOCK = 15
@@ -147,6 +148,27 @@ def test_the_vllm_adapter_takes_its_platforms_preset(monkeypatch):
     assert cost_model_from_env(is_cpu=False) == CUDA_COSTS
     monkeypatch.setenv(COST_MODEL_ENV, "draft_fixed=0.5")
     assert cost_model_from_env(is_cpu=True) == replace(VLLM_CPU_COSTS, draft_fixed=0.5)
+    # The CPU preset follows the drafter's depth; an override still wins over it.
+    assert cost_model_from_env(is_cpu=True, num_draft_layers=8) == replace(vllm_cpu_costs(8),
+                                                                          draft_fixed=0.5)
+    assert cost_model_from_env(is_cpu=False, num_draft_layers=8) == replace(CUDA_COSTS,
+                                                                           draft_fixed=0.5)
+
+
+def test_cpu_preset_scales_the_draft_pass_with_the_drafters_depth():
+    assert vllm_cpu_costs(None) == vllm_cpu_costs(5) == VLLM_CPU_COSTS
+    shallow, deep = vllm_cpu_costs(2), vllm_cpu_costs(8)
+    for batch in (1, 4, 16):
+        assert shallow.draft_time(batch) < VLLM_CPU_COSTS.draft_time(batch) < deep.draft_time(batch)
+    assert deep.verify_time(7) == VLLM_CPU_COSTS.verify_time(7)  # the target's side is unchanged
+    # A dearer draft pass stops paying at a lower load: two requests at acceptance 0.5 get
+    # drafts from the 5-layer preset and none from the 8-layer one.
+    assert max(plan(2, 0.5, VLLM_CPU_COSTS)) > 0
+    assert plan(2, 0.5, deep) == [0, 0]
+    assert vllm_cpu_costs(1).draft_per_request > 0
+    for bad in (0, -3, 2.5, "8"):
+        with pytest.raises(ValueError, match="num_draft_layers"):
+            vllm_cpu_costs(bad)
 
 
 def test_compiled_vllm_cpu_preset_drafts_at_low_load_only():
