@@ -52,8 +52,13 @@ class CostModel:
     draft_fixed: float
     draft_per_request: float
     # Verify drafts only if the expected rate beats plain decoding by this factor: the cost
-    # model is an estimate, and a near-tie is not worth the drafter's work.
+    # model is an estimate, and a near-tie is not worth the drafter's work. `min_speedup` is
+    # the bar for a lone request, `min_speedup_batched` the bar with two or more in the step.
     min_speedup: float = 1.05
+    min_speedup_batched: float = 1.05
+
+    def speedup_bar(self, batch: int) -> float:
+        return self.min_speedup if batch <= 1 else self.min_speedup_batched
 
     def __post_init__(self):
         for f in fields(self):
@@ -100,9 +105,11 @@ def vllm_cpu_costs(num_draft_layers: int | None = None) -> CostModel:
         raise ValueError(f"num_draft_layers must be a positive integer, got {num_draft_layers!r}")
     extra = num_draft_layers - VLLM_CPU_COSTS_LAYERS
     per_layer_fixed, per_layer_per_request = VLLM_CPU_COSTS_PER_LAYER
-    # A shallower drafter saves at most what the per-layer share can account for.
+    # The per-request share would turn negative below 3 layers (the line is fitted between 5
+    # and 8 layers): keep a small positive floor there. The fixed share stays positive for any
+    # depth (0.22 with 1 layer).
     return replace(VLLM_CPU_COSTS,
-                   draft_fixed=max(VLLM_CPU_COSTS.draft_fixed + extra * per_layer_fixed, 0.0),
+                   draft_fixed=VLLM_CPU_COSTS.draft_fixed + extra * per_layer_fixed,
                    draft_per_request=max(VLLM_CPU_COSTS.draft_per_request
                                          + extra * per_layer_per_request, 0.01))
 
@@ -160,7 +167,7 @@ def plan_draft_lengths(gains: torch.Tensor, costs: CostModel) -> list[int]:
     rates = expected / step_time
     best = int(torch.argmax(rates))
     plain_rate = batch / costs.verify_time(batch)
-    if float(rates[best]) < plain_rate * costs.min_speedup:
+    if float(rates[best]) < plain_rate * costs.speedup_bar(batch):
         return [0] * batch
     chosen = order[: best + 1] // block
     return torch.bincount(chosen, minlength=batch).tolist()

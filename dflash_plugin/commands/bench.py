@@ -14,7 +14,8 @@ next to it, and each server's log as <stem>.<algorithm>.log. The model flags are
 A plugin row can carry its own DFLASH_* settings, to compare them side by side in one run:
 `--algorithms 'none,dflash,dflash[DFLASH_RATE_GUARD=on;DFLASH_COST_FIT=on]'` starts one plugin
 server per variant; its rows are named as written. A DFlash row (plugin or native) can also name
-its own drafter, to compare two checkpoints in one run: `dflash[draft=/path/to/other/drafter]`.
+its own drafter, to compare two checkpoints in one run: `dflash[draft=/path/to/other/drafter]`,
+and its own block, `dflash[draft_tokens=8]` (as --speculative-num-draft-tokens).
 """
 
 from __future__ import annotations
@@ -31,15 +32,19 @@ from pathlib import Path
 
 from dflash_plugin.errors import DFlashError
 from dflash_plugin.serving import bench, flags
+from dflash_plugin.serving.cpu_preload import SWITCH_ENV as CPU_PRELOAD_ENV
 from dflash_plugin.serving.server import Server, ServerExited, free_port
 
 HELP = "benchmark none / ngram / native DFlash / plugin DFlash servers over concurrency levels"
 PLUGIN_NAME = flags.VLLM_PLUGIN_NAME
 SPEC_ALGORITHM = {"none": "NONE", "ngram": "NGRAM", "dflash-native": "DFLASH", "dflash": "DFLASH"}
-# "dflash[NAME=VALUE;NAME=VALUE]": the plugin with its own settings (DFLASH_* variables, and
-# draft=PATH for the drafter); "dflash-native[draft=PATH]": vLLM's DFlash with another drafter.
+# "dflash[NAME=VALUE;NAME=VALUE]": the plugin with its own settings (DFLASH_* variables,
+# draft=PATH for the drafter, draft_tokens=N for --speculative-num-draft-tokens);
+# "dflash-native[draft=PATH;draft_tokens=N]": vLLM's DFlash with another drafter or block.
 _VARIANT = re.compile(r"(?P<base>[\w-]+)(?:\[(?P<settings>[^\]]*)\])?")
-_SETTING = re.compile(r"(DFLASH_[A-Z0-9_]+|draft)=(.*)")
+# Settings of the server process, which every row may take (e.g. 'none[DFLASH_CPU_PRELOAD=off]')
+SERVER_SETTINGS = frozenset({CPU_PRELOAD_ENV})
+_SETTING = re.compile(r"(DFLASH_[A-Z0-9_]+|draft_tokens|draft)=(.*)")
 
 
 @dataclass(frozen=True)
@@ -49,6 +54,7 @@ class Variant:
     base: str
     env: dict[str, str] = field(default_factory=dict)
     draft: str | None = None  # None: the drafter of --speculative-draft-model-path / the default
+    draft_tokens: int | None = None  # None: --speculative-num-draft-tokens / the checkpoint's
 
 
 def _file_safe(text: str) -> str:
@@ -65,31 +71,57 @@ def parse_algorithm(text: str) -> Variant:
     if match["settings"] is None:
         return Variant(base)
     if SPEC_ALGORITHM[base] != "DFLASH":
-        raise DFlashError(f"--algorithms {text!r}: only the DFlash rows (dflash[...], "
-                          "dflash-native[draft=...]) take settings")
-    env, draft = {}, None
+        return Variant(base, _server_settings(text, match["settings"]))
+    env, draft, draft_tokens = {}, None, None
     for item in filter(None, (part.strip() for part in match["settings"].split(";"))):
         setting = _SETTING.fullmatch(item)
         if setting is None:
-            raise DFlashError(f"--algorithms {text!r}: {item!r} is not DFLASH_NAME=value or "
-                              "draft=PATH")
+            raise DFlashError(f"--algorithms {text!r}: {item!r} is not DFLASH_NAME=value, "
+                              "draft=PATH or draft_tokens=N")
         if setting[1] == "draft":
             draft = setting[2].strip()
-        elif base != "dflash":  # the plugin's variables mean nothing to vLLM's own DFlash
+        elif setting[1] == "draft_tokens":
+            draft_tokens = _positive_int(setting[2], text)
+        elif base != "dflash" and setting[1] not in SERVER_SETTINGS:
+            # the plugin's variables mean nothing to vLLM's own DFlash
             raise DFlashError(f"--algorithms {text!r}: only the plugin's rows take DFLASH_* "
                               "settings")
         else:
             env[setting[1]] = setting[2]
     if draft == "":
         raise DFlashError(f"--algorithms {text!r}: draft= needs a drafter path")
-    return Variant(base, env, draft)
+    return Variant(base, env, draft, draft_tokens)
+
+
+def _server_settings(text: str, settings: str) -> dict[str, str]:
+    """The settings of a row without DFlash: only those of the server process itself."""
+    env = {}
+    for item in filter(None, (part.strip() for part in settings.split(";"))):
+        name, _, value = item.partition("=")
+        if name.strip() not in SERVER_SETTINGS:
+            raise DFlashError(f"--algorithms {text!r}: only the DFlash rows (dflash[...], "
+                              "dflash-native[draft=...]) take settings other than "
+                              f"{', '.join(sorted(SERVER_SETTINGS))}")
+        env[name.strip()] = value
+    return env
+
+
+def _positive_int(value: str, entry: str) -> int:
+    try:
+        number = int(value.strip())
+    except ValueError:
+        number = 0
+    if number < 2:  # one token per verify block would be plain decoding
+        raise DFlashError(f"--algorithms {entry!r}: draft_tokens={value!r} must be an integer "
+                          ">= 2 (tokens per verify block, as --speculative-num-draft-tokens)")
+    return number
 
 
 def add_arguments(p):
     p.add_argument("--algorithms", default=",".join(bench.ALGORITHMS),
                    help=f"comma list from {', '.join(bench.ALGORITHMS)}; a plugin row may set "
                         "its own DFLASH_* variables: 'dflash[DFLASH_RATE_GUARD=on;...]', and a "
-                        "DFlash row its own drafter: 'dflash[draft=PATH]'")
+                        "DFlash row its own drafter and block: 'dflash[draft=PATH;draft_tokens=8]'")
     p.add_argument("--concurrency", default="1,4,16,32", help="comma list of concurrency levels")
     p.add_argument("--prompts-file", help='JSONL with {"prompt": ...} per line (default: 32 '
                                           "built-in prompts)")
@@ -216,7 +248,9 @@ def _row_options(base: flags.ServeOptions, variant: Variant) -> flags.ServeOptio
     if spec != "DFLASH":  # the drafter settings are for the DFlash rows
         return replace(opts, speculative_draft_model_path=None, speculative_num_draft_tokens=None)
     if variant.draft is not None:
-        return replace(opts, speculative_draft_model_path=variant.draft)
+        opts = replace(opts, speculative_draft_model_path=variant.draft)
+    if variant.draft_tokens is not None:
+        opts = replace(opts, speculative_num_draft_tokens=variant.draft_tokens)
     return opts
 
 
@@ -326,6 +360,8 @@ def _row(algorithm: str, concurrency: int, samples: list[_Sample],
                           dict.fromkeys(bench.SPEC_COUNTERS, 0.0) if counted else None, counted)
     if opts is not None and opts.speculative_draft_model_path is not None:
         row["draft_model"] = opts.speculative_draft_model_path
+    if opts is not None and opts.speculative_num_draft_tokens is not None:
+        row["num_draft_tokens"] = opts.speculative_num_draft_tokens
     if len(walls) > 1:
         row["repeats"] = len(walls)
         row["output_tokens_per_s_runs"] = bench.per_run_rates(results, walls)

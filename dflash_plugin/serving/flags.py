@@ -5,7 +5,7 @@ The same names (with "-" or "_") are the keys of a `--config FILE.yaml`, which m
 `engine-args` (passed through to the engine) and `env` (environment of the server process).
 Precedence: command line > YAML > built-in default. For the server's environment: the YAML's
 `env` > the caller's environment > built-in defaults (HF_HUB_OFFLINE=1 for local models; on the
-CPU build a fixed KV cache size).
+CPU build a fixed KV cache size, and Intel OpenMP + tcmalloc in LD_PRELOAD: cpu_preload.py).
 
 `resolve()` fills in the embedded default model, the shipped drafter and the draft block size;
 `vllm_launch()` turns the result into `python -m dflash_plugin.serving.vllm_main serve ...` (vLLM's
@@ -25,6 +25,7 @@ from pathlib import Path
 import yaml
 
 from dflash_plugin.errors import DFlashError
+from dflash_plugin.serving.cpu_preload import cpu_preload
 
 ENGINES = ("vllm", "sglang")
 ALGORITHMS = ("DFLASH", "NGRAM", "NONE")
@@ -440,6 +441,12 @@ def _default_env(opts: ServeOptions, cpu: bool) -> dict[str, str]:
     if cpu:
         if opts.mem_fraction_static is None and not _engine_args_set(opts, *MEMORY_ENGINE_FLAGS):
             env["VLLM_CPU_KVCACHE_SPACE"] = CPU_KVCACHE_GIB
+        try:
+            preload = cpu_preload({**os.environ, **opts.env})
+        except ValueError as err:
+            raise DFlashError(str(err)) from None
+        if preload:
+            env["LD_PRELOAD"] = preload
     return env
 
 

@@ -269,6 +269,21 @@ def test_bench_plugin_variants_carry_their_own_settings():
     assert parse_algorithm("dflash[draft=/d/r10;DFLASH_RATE_GUARD=off]") == Variant(
         "dflash", {"DFLASH_RATE_GUARD": "off"}, "/d/r10")
     assert parse_algorithm("dflash-native[draft=/d/r10]") == Variant("dflash-native", {}, "/d/r10")
+    # ... and its own block (tokens per verify pass, as --speculative-num-draft-tokens).
+    assert parse_algorithm("dflash[draft_tokens=8;DFLASH_RATE_GUARD=off]") == Variant(
+        "dflash", {"DFLASH_RATE_GUARD": "off"}, None, 8)
+    assert parse_algorithm("dflash-native[draft_tokens=4]").draft_tokens == 4
+    # Settings of the server process itself go on any row, the plugin's on its rows only.
+    assert parse_algorithm("none[DFLASH_CPU_PRELOAD=off]") == Variant(
+        "none", {"DFLASH_CPU_PRELOAD": "off"})
+    assert parse_algorithm("dflash-native[DFLASH_CPU_PRELOAD=off]").env == {
+        "DFLASH_CPU_PRELOAD": "off"}
+    for bad in ("none[DFLASH_RATE_GUARD=on]", "ngram[draft=/d]"):
+        with pytest.raises(DFlashError, match="take settings other than DFLASH_CPU_PRELOAD"):
+            parse_algorithm(bad)
+    for bad in ("dflash[draft_tokens=1]", "dflash[draft_tokens=eight]", "dflash[draft_tokens=]"):
+        with pytest.raises(DFlashError, match="draft_tokens"):
+            parse_algorithm(bad)
 
 
 def test_bench_rows_split_at_commas_outside_their_settings():
@@ -288,6 +303,8 @@ def test_bench_row_options_carry_the_rows_drafter_and_environment():
     assert other.speculative_draft_model_path == "/d/r10"
     assert other.env["FROM_YAML"] == "1" and other.env["DFLASH_COST_FIT"] == "on"
     assert _row_options(base, Variant("dflash")).speculative_draft_model_path == "/shipped"
+    assert _row_options(base, Variant("dflash", draft_tokens=8)).speculative_num_draft_tokens == 8
+    assert _row_options(base, Variant("dflash")).speculative_num_draft_tokens is None
     native = _row_options(base, Variant("dflash-native"))
     assert "dflash" not in native.env["VLLM_PLUGINS"].split(",")
     plain = _row_options(base, Variant("none"))
@@ -321,7 +338,7 @@ def test_bench_row_with_its_own_drafter_is_checked_before_any_server(tmp_path, r
 @pytest.mark.parametrize("argv, message", [
     (["--algorithms", "none,eagle"], "unknown --algorithms entry 'eagle'"),
     (["--algorithms", "ngram[DFLASH_COST_FIT=off]"], "only the DFlash rows"),
-    (["--algorithms", "dflash[VLLM_PLUGINS=x]"], "is not DFLASH_NAME=value or draft=PATH"),
+    (["--algorithms", "dflash[VLLM_PLUGINS=x]"], "is not DFLASH_NAME=value, draft=PATH or draft_tokens=N"),
     (["--algorithms", "dflash-native[DFLASH_COST_FIT=off]"], "only the plugin's rows take"),
     (["--algorithms", "dflash[draft=]"], "draft= needs a drafter path"),
     (["--algorithms", "none,dflash[DFLASH_COST_FIT=on"], "brackets do not pair up"),

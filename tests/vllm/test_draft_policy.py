@@ -1,5 +1,7 @@
 """The load-aware drafting policy on its own (no engine)."""
 
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -69,7 +71,18 @@ def test_plan_never_beats_plain_by_less_than_the_margin():
             gains = cumulative_acceptance(torch.full((BLOCK,), p))
             tokens = sum(1 + float(gains[:k].sum()) for k in lengths)
             time = costs.verify_time(batch + sum(lengths)) + costs.draft_time(batch)
-            assert tokens / time >= costs.min_speedup * batch / costs.verify_time(batch)
+            assert tokens / time >= costs.speedup_bar(batch) * batch / costs.verify_time(batch)
+
+
+def test_batched_bar_applies_from_two_requests_on():
+    strict = replace(CPU_COSTS, min_speedup_batched=1.6)
+    assert strict.speedup_bar(1) == CPU_COSTS.min_speedup and strict.speedup_bar(2) == 1.6
+    # A lone request drafts exactly as before; a batch that drafts under the common bar of
+    # 1.05 stops once its expected gain falls short of the batched one.
+    for p in (0.6, 0.8, 0.95):
+        assert plan(1, p, strict) == plan(1, p, CPU_COSTS)
+    assert any(plan(4, 0.8, CPU_COSTS)) and not any(plan(4, 0.8, strict))
+    assert parse_cost_model("min_speedup_batched=1.2", CPU_COSTS).min_speedup_batched == 1.2
 
 
 def test_cost_model_override_and_errors():
