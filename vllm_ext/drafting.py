@@ -47,6 +47,7 @@ from dflash_plugin.draft_policy import (
 )
 from dflash_plugin.rate_guard import RateGuard, WindowGuard
 from dflash_plugin.step_costs import StepCostFit
+from dflash_plugin.switches import switch_from_env
 from vllm_ext.context_store import DeferredContext
 
 logger = logging.getLogger(f"vllm.{__name__}")  # under vLLM's log handler
@@ -74,16 +75,6 @@ def cost_model_from_env(is_cpu: bool, num_draft_layers: int | None = None) -> Co
     """The platform's preset (on CPUs scaled to the drafter's depth), then DFLASH_COST_MODEL."""
     base = vllm_cpu_costs(num_draft_layers) if is_cpu else CUDA_COSTS
     return parse_cost_model(os.environ.get(COST_MODEL_ENV, ""), base)
-
-
-def switch_from_env(name: str, default: str = "on") -> bool:
-    """An on/off environment switch (on|1|true, off|0|false); anything else is refused."""
-    value = os.environ.get(name, default).strip().lower()
-    if value in ("on", "1", "true"):
-        return True
-    if value in ("off", "0", "false"):
-        return False
-    raise ValueError(f"{name}={value!r}: expected on or off")
 
 
 def rate_guard_kind_from_env() -> str:

@@ -70,11 +70,14 @@ def parse_algorithm(text: str) -> Variant:
                           f"{', '.join(bench.ALGORITHMS)}, or dflash[DFLASH_NAME=value;...]")
     if match["settings"] is None:
         return Variant(base)
-    if SPEC_ALGORITHM[base] != "DFLASH":
-        return Variant(base, _server_settings(text, match["settings"]))
+    dflash_row = SPEC_ALGORITHM[base] == "DFLASH"
     env, draft, draft_tokens = {}, None, None
     for item in filter(None, (part.strip() for part in match["settings"].split(";"))):
         setting = _SETTING.fullmatch(item)
+        if not dflash_row and (setting is None or setting[1] not in SERVER_SETTINGS):
+            raise DFlashError(f"--algorithms {text!r}: only the DFlash rows (dflash[...], "
+                              "dflash-native[draft=...]) take settings other than "
+                              f"{', '.join(sorted(SERVER_SETTINGS))}")
         if setting is None:
             raise DFlashError(f"--algorithms {text!r}: {item!r} is not DFLASH_NAME=value, "
                               "draft=PATH or draft_tokens=N")
@@ -91,19 +94,6 @@ def parse_algorithm(text: str) -> Variant:
     if draft == "":
         raise DFlashError(f"--algorithms {text!r}: draft= needs a drafter path")
     return Variant(base, env, draft, draft_tokens)
-
-
-def _server_settings(text: str, settings: str) -> dict[str, str]:
-    """The settings of a row without DFlash: only those of the server process itself."""
-    env = {}
-    for item in filter(None, (part.strip() for part in settings.split(";"))):
-        name, _, value = item.partition("=")
-        if name.strip() not in SERVER_SETTINGS:
-            raise DFlashError(f"--algorithms {text!r}: only the DFlash rows (dflash[...], "
-                              "dflash-native[draft=...]) take settings other than "
-                              f"{', '.join(sorted(SERVER_SETTINGS))}")
-        env[name.strip()] = value
-    return env
 
 
 def _positive_int(value: str, entry: str) -> int:

@@ -16,6 +16,8 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+from dflash_plugin.switches import switch_from_env
+
 SWITCH_ENV = "DFLASH_CPU_PRELOAD"
 IOMP_NAME = "libiomp5.so"
 TCMALLOC_NAMES = ("libtcmalloc_minimal.so.4", "libtcmalloc.so.4")
@@ -24,12 +26,7 @@ SYSTEM_LIB_DIRS = ("/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/
 
 
 def preload_enabled(env: Mapping[str, str]) -> bool:
-    value = env.get(SWITCH_ENV, "on").strip().lower()
-    if value in ("on", "1", "true"):
-        return True
-    if value in ("off", "0", "false"):
-        return False
-    raise ValueError(f"{SWITCH_ENV}={value!r}: expected on or off")
+    return switch_from_env(SWITCH_ENV, "on", env)
 
 
 def _first_existing(paths) -> str | None:
@@ -42,9 +39,8 @@ def find_iomp(prefix: str = sys.prefix) -> str | None:
 
 def find_tcmalloc(lib_dirs=SYSTEM_LIB_DIRS) -> str | None:
     found = _first_existing(Path(d) / name for name in TCMALLOC_NAMES for d in lib_dirs)
-    if found is None and ctypes.util.find_library("tcmalloc_minimal"):
-        found = ctypes.util.find_library("tcmalloc_minimal")  # a soname the loader resolves
-    return found
+    # else a soname the loader resolves (or None)
+    return found or ctypes.util.find_library("tcmalloc_minimal")
 
 
 def cpu_preload(env: Mapping[str, str] = os.environ, prefix: str = sys.prefix,
