@@ -136,3 +136,19 @@ def test_more_prompts_are_new_and_never_near_the_held_out_split():
     # A second round excludes the first round's prompts too.
     again = more_prompts(60, train + extra, held_out, seed=0)
     assert not {normalize(p.text) for p in again} & set(texts)
+
+
+def test_committed_18_prompt_file_is_the_evaluations_subset():
+    """train_data/.../eval_prompts_18.jsonl (what the README's benches ran) must stay the 18
+    held-out prompts `dflash train --stages evaluate --eval-limit 18` evaluates on."""
+    from pathlib import Path
+
+    from dflash_plugin.prompt_io import read_prompts_file
+    from dflash_plugin.train.prompts import spread_over_categories
+
+    data = Path(__file__).resolve().parent.parent / "train_data" / "smollm2-135m"
+    expected = spread_over_categories(read_jsonl(data / "eval_prompts.jsonl"), 18)
+    assert read_jsonl(data / "eval_prompts_18.jsonl") == expected
+    # and the bench / dflash generate read it as a prompts file
+    assert [r["turns"][0] for r in read_prompts_file(data / "eval_prompts_18.jsonl")] == \
+        [p.text for p in expected]
