@@ -74,3 +74,22 @@ def test_generate_writes_json_lines_and_matches_plain(tmp_path, prompts_file, dr
         assert s["identical_to_baseline"] is True and "speedup" in s
         assert p["mean_accept_length"] == 1.0
         assert p["num_target_passes"] == len(p["token_ids"])  # one pass per token
+
+
+@pytest.mark.parametrize("cpu_default, expected", [("float32", torch.float32), (None, torch.bfloat16)])
+def test_generate_dtype_defaults_to_float32_on_cpus_without_native_bf16(
+        monkeypatch, tmp_path, prompts_file, smollm_f32, cpu_default, expected):
+    import dflash_plugin.commands.generate as generate_command
+    import dflash_plugin.target
+
+    seen = []
+
+    def load_target(path=None, dtype=None):
+        seen.append(dtype)
+        return smollm_f32
+    monkeypatch.setattr(dflash_plugin.target, "load_target", load_target)
+    monkeypatch.setattr(generate_command, "default_cpu_dtype", lambda: cpu_default)
+    out = tmp_path / "out.jsonl"
+    assert cli.main(["generate", "--prompts-file", str(prompts_file), "--output", str(out),
+                     "--no-speculation", "--max-new-tokens", "2"]) == 0
+    assert seen == [expected] and out.read_text()

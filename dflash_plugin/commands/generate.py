@@ -9,6 +9,7 @@ import sys
 import torch
 from tqdm import tqdm
 
+from dflash_plugin.cpu_features import default_cpu_dtype
 from dflash_plugin.errors import DFlashError
 from dflash_plugin.sampling import SamplingParams
 from dflash_plugin.target import TORCH_DTYPES
@@ -45,7 +46,9 @@ def add_arguments(p):
                         "is expected to pay for it), as the vLLM plugin does; fixed always "
                         "verifies N-1 drafts")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--dtype", choices=list(TORCH_DTYPES), default="bfloat16")
+    p.add_argument("--dtype", choices=list(TORCH_DTYPES), default=None,
+                   help="default: bfloat16, or float32 on a CPU without native bfloat16 "
+                        "(no AVX512-BF16 / AMX), where bfloat16 matmuls are several times slower")
     p.add_argument("--draft-vocab", choices=["auto", "full"], default="auto",
                    help="auto: draft over the drafter's training vocabulary when its folder "
                         "keeps one (draft_vocab.json; a cheaper draft LM head); full: the "
@@ -112,6 +115,8 @@ def run(args) -> int:
     if args.max_new_tokens < 1:
         raise DFlashError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
     records = read_prompts_file(args.prompts_file) if args.prompts_file else [{"turns": [args.prompt]}]
+    if args.dtype is None:
+        args.dtype = default_cpu_dtype() or "bfloat16"
     target, tokenizer = load_target(args.target, dtype=TORCH_DTYPES[args.dtype])
     stops = stop_token_ids(tokenizer, getattr(target, "generation_config", None))
     plain = lambda ids, n, s, seed, stop: generate_plain(target, ids, n, s, seed, stop)  # noqa: E731

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import yaml
 
+from dflash_plugin.cpu_features import default_cpu_dtype
 from dflash_plugin.errors import DFlashError
 from dflash_plugin.serving.cpu_preload import cpu_preload
 
@@ -464,10 +465,23 @@ def uses_draft_ids_executor(opts: ServeOptions, cpu: bool, environ=os.environ) -
             and not _engine_args_set(opts, EXECUTOR_FLAG))
 
 
+def cpu_dtype(opts: ServeOptions, cpu: bool) -> str | None:
+    """The dtype to pass on vLLM-CPU when the user chose none: float32 on CPUs without native
+    bf16, where vLLM would keep a bf16 model in bf16 (cpu_features says why that is slow)."""
+    if not cpu or opts.dtype is not None or _engine_args_set(opts, "--dtype"):
+        return None
+    return default_cpu_dtype()
+
+
 def vllm_launch(opts: ServeOptions, python: str = sys.executable) -> Launch:
     argv = [python, "-m", "dflash_plugin.serving.vllm_main", "serve", opts.model_path,
             "--host", opts.host, "--port", str(opts.port)]
-    pairs = (("--dtype", opts.dtype), ("--max-model-len", opts.context_length),
+    cpu = is_cpu_vllm()
+    dtype = opts.dtype
+    if dtype is None and (dtype := cpu_dtype(opts, cpu)) is not None:
+        print(f"[dflash] this CPU has no native bfloat16 (no AVX512-BF16 / AMX): serving in "
+              f"{dtype} (pass --dtype to choose)", file=sys.stderr)
+    pairs = (("--dtype", dtype), ("--max-model-len", opts.context_length),
              ("--gpu-memory-utilization", opts.mem_fraction_static),
              ("--tensor-parallel-size", opts.tp_size), ("--attention-backend", opts.attention_backend),
              ("--served-model-name", opts.served_model_name))
@@ -479,7 +493,6 @@ def vllm_launch(opts: ServeOptions, python: str = sys.executable) -> Launch:
     spec = speculative_config(opts)
     if spec is not None:
         argv += ["--speculative-config", json.dumps(spec)]
-    cpu = is_cpu_vllm()
     if uses_draft_ids_executor(opts, cpu):
         argv += [EXECUTOR_FLAG, DRAFT_IDS_EXECUTOR]
     argv += opts.engine_args

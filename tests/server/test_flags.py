@@ -377,3 +377,23 @@ def test_plugin_dflash_on_vllm_cpu_uses_the_draft_ids_executor(random_drafter, m
     assert argv[argv.index("--distributed-executor-backend") + 1] == flags.DRAFT_IDS_EXECUTOR
     assert flags.vllm_launch(chosen).argv.count("--distributed-executor-backend=mp") == 1
     assert "--distributed-executor-backend" not in flags.vllm_launch(chosen).argv
+
+
+@pytest.mark.parametrize("native", [False, True])
+def test_vllm_cpu_serves_in_float32_where_the_cpu_has_no_native_bf16(monkeypatch, capsys, native):
+    monkeypatch.setattr(flags, "is_cpu_vllm", lambda: True)
+    monkeypatch.setattr(flags, "default_cpu_dtype", lambda: None if native else "float32")
+    argv = launch("--speculative-algorithm", "NONE").argv
+    if native:
+        assert "--dtype" not in argv  # vLLM keeps the model's dtype
+    else:
+        assert argv[argv.index("--dtype") + 1] == "float32"
+        assert "no native bfloat16" in capsys.readouterr().err
+    # A dtype the user chose, as a flag or as an engine argument, is kept.
+    argv = launch("--speculative-algorithm", "NONE", "--dtype", "bfloat16").argv
+    assert argv[argv.index("--dtype") + 1] == "bfloat16" and argv.count("--dtype") == 1
+    argv = launch("--speculative-algorithm", "NONE", "--", "--dtype", "float16").argv
+    assert argv.count("--dtype") == 1 and argv[argv.index("--dtype") + 1] == "float16"
+    # Not on GPUs: vLLM's choice stands.
+    monkeypatch.setattr(flags, "is_cpu_vllm", lambda: False)
+    assert "--dtype" not in launch("--speculative-algorithm", "NONE").argv
