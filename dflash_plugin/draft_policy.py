@@ -114,6 +114,48 @@ def vllm_cpu_costs(num_draft_layers: int | None = None) -> CostModel:
                                          + extra * per_layer_per_request, 0.01))
 
 
+# vLLM-CPU 0.32, compiled, **float32**, on a 2-core AVX2 AMD EPYC (Zen 3: no AVX-512, so no native
+# bf16; session 20), SmolLM2-135M and the 8-layer round-11 drafter, offline, greedy, 64 tokens,
+# full blocks (docs/bench/overhead/fp32-avx2-step-costs.jsonl). A plain step took 66 / 97 / 157 ms
+# at batch 1 / 4 / 16, so a verified token costs ~0.09 of a batch-1 step. A step drafting P
+# positions per request and verifying P - 1 took 186 ms (batch 1, P = 16), 116 ms (batch 1,
+# P = 4) and 204 ms (batch 4, P = 4); less the target's share, a draft pass of 0.44 / 0.28 / 0.71,
+# i.e. 0.137 + B * (0.09 + 0.0133 * P): here (unlike with native bf16) each drafted position
+# costs compute, so the preset depends on the engine's draft length (num_speculative_tokens + 1).
+VLLM_CPU_FP32_VERIFY_PER_TOKEN = 0.09
+VLLM_CPU_FP32_DRAFT = (0.137, 0.09, 0.0133)  # fixed, per request, per request and position
+
+
+def vllm_cpu_fp32_costs(draft_positions: int) -> CostModel:
+    """The float32 preset for a draft pass of `draft_positions` positions per request."""
+    if not isinstance(draft_positions, int) or draft_positions < 2:
+        raise ValueError(f"draft_positions must be an integer >= 2, got {draft_positions!r}")
+    fixed, per_request, per_position = VLLM_CPU_FP32_DRAFT
+    return CostModel(verify_fixed=1.0, verify_per_token=VLLM_CPU_FP32_VERIFY_PER_TOKEN,
+                     draft_fixed=fixed, draft_per_request=per_request + per_position * draft_positions)
+
+
+# A 16-bit target on a CPU without native bf16 (no AVX512-BF16 / AMX): every bf16 matmul row is
+# converted in software. Measured on the same EPYC, one core: a 576x1536 bf16 linear took 224 us
+# for 1 row and 3,173 us for 16 (each added row +0.9 of the first), float32 126 / 538 us; served in
+# bf16, the plugin ran at 0.47x plain at concurrency 1 with the native-bf16 preset. Each verified
+# token costs about a whole plain step's matmuls (a plain step: 0.15 fixed + 0.85 for its one
+# token), so under this preset the policy does not draft (for a drafter right 95% of the time).
+VLLM_CPU_SOFTWARE_BF16_COSTS = CostModel(verify_fixed=0.15, verify_per_token=0.85,
+                                         draft_fixed=0.3, draft_per_request=0.5)
+
+
+def vllm_cpu_preset(num_draft_layers: int | None, draft_positions: int,
+                    dtype: torch.dtype, native_bf16: bool | None) -> CostModel:
+    """The vLLM-CPU preset for how the target computes here: float32, 16-bit in software (a CPU
+    known to lack native bf16), or 16-bit with native bf16 (or unknown: the original preset)."""
+    if dtype in (torch.float32, torch.float64):
+        return vllm_cpu_fp32_costs(draft_positions)
+    if native_bf16 is False:
+        return VLLM_CPU_SOFTWARE_BF16_COSTS
+    return vllm_cpu_costs(num_draft_layers)
+
+
 # Not measured here (no GPU): a small target on a GPU is memory-bound, so extra verified tokens
 # are nearly free until the batch is large. Override with DFLASH_COST_MODEL after measuring.
 CUDA_COSTS = CostModel(verify_fixed=1.0, verify_per_token=0.004, draft_fixed=0.25,

@@ -6,8 +6,8 @@ One `Drafting` object lives on each drafter built by this plugin (`DFlashVllmDra
 Environment (read in the worker when the drafter is built):
   DFLASH_DRAFT_POLICY = adaptive (default) | full | off | stagger
   DFLASH_COST_MODEL   = "verify_per_token=0.09,draft_fixed=0.15,..." overrides fields of the
-                        platform's preset (draft_policy.vllm_cpu_costs(drafter depth) /
-                        CUDA_COSTS)
+                        platform's preset (draft_policy.vllm_cpu_preset: by the target's dtype,
+                        the CPU's bf16 support and the draft length / CUDA_COSTS)
   DFLASH_RATE_GUARD   = off (default) | on | window: time real steps and stop drafting where it
                         is measured slower than plain decoding (rate_guard.py). "on" compares
                         single drafted and plain steps (RateGuard); "window" compares windows of
@@ -37,6 +37,7 @@ from dataclasses import dataclass
 
 import torch
 
+from dflash_plugin.cpu_features import native_bf16
 from dflash_plugin.draft_policy import (
     CUDA_COSTS,
     CostModel,
@@ -44,6 +45,7 @@ from dflash_plugin.draft_policy import (
     PolicyMode,
     parse_cost_model,
     vllm_cpu_costs,
+    vllm_cpu_preset,
 )
 from dflash_plugin.rate_guard import RateGuard, WindowGuard
 from dflash_plugin.step_costs import StepCostFit
@@ -71,10 +73,25 @@ def policy_mode_from_env() -> PolicyMode:
         raise ValueError(f"{POLICY_ENV}={value!r}: expected one of {choices}") from None
 
 
-def cost_model_from_env(is_cpu: bool, num_draft_layers: int | None = None) -> CostModel:
-    """The platform's preset (on CPUs scaled to the drafter's depth), then DFLASH_COST_MODEL."""
-    base = vllm_cpu_costs(num_draft_layers) if is_cpu else CUDA_COSTS
+def cost_model_from_env(is_cpu: bool, num_draft_layers: int | None = None,
+                        draft_positions: int | None = None,
+                        dtype: torch.dtype | None = None) -> CostModel:
+    """The platform's preset, then DFLASH_COST_MODEL. On CPUs the preset follows how the target
+    computes (draft_policy.vllm_cpu_preset: float32, bf16 in software or native) given its
+    `dtype` and the draft pass's `draft_positions`; without them, the native-bf16 preset scaled
+    to the drafter's depth."""
+    if not is_cpu:
+        base = CUDA_COSTS
+    elif dtype is None or draft_positions is None:
+        base = vllm_cpu_costs(num_draft_layers)
+    else:
+        base = vllm_cpu_preset(num_draft_layers, draft_positions, dtype, native_bf16())
     return parse_cost_model(os.environ.get(COST_MODEL_ENV, ""), base)
+
+
+def costs_in_software_bf16(is_cpu: bool, dtype: torch.dtype) -> bool:
+    """A 16-bit target on a CPU known to lack native bf16 (the preset that never drafts)."""
+    return is_cpu and dtype in (torch.bfloat16, torch.float16) and native_bf16() is False
 
 
 def rate_guard_kind_from_env() -> str:

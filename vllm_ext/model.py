@@ -32,6 +32,7 @@ from vllm_ext.drafting import (
     Drafting,
     cost_fit_from_env,
     cost_model_from_env,
+    costs_in_software_bf16,
     defer_context_from_env,
     draft_vocab_from_env,
     policy_mode_from_env,
@@ -108,7 +109,15 @@ class DFlashVllmDrafter(DFlashQwen3ForCausalLM):
                            "drafter was trained to fill (block_size %d)",
                            spec.num_speculative_tokens, block - 1, block)
         costs = cost_model_from_env(current_platform.is_cpu(),
-                                    getattr(self.config, "num_hidden_layers", None))
+                                    getattr(self.config, "num_hidden_layers", None),
+                                    draft_positions=spec.num_speculative_tokens + 1,
+                                    dtype=vllm_config.model_config.dtype)
+        if costs_in_software_bf16(current_platform.is_cpu(), vllm_config.model_config.dtype):
+            logger.warning("dflash plugin: this CPU has no native bfloat16 (no AVX512-BF16 / "
+                           "AMX), so the %s target's matmuls run in software and verifying "
+                           "drafts costs nearly a plain step per token: the draft policy will "
+                           "not draft. Serve in float32 (--dtype float32, dflash serve's default "
+                           "here) for speculation to pay", vllm_config.model_config.dtype)
         policy = DraftPolicy(policy_mode_from_env(), costs, block=spec.num_speculative_tokens,
                              rate_guard=rate_guard_from_env(), cost_fit=cost_fit_from_env(costs),
                              window_guard=window_guard_from_env())

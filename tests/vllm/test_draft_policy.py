@@ -9,6 +9,7 @@ from dflash_plugin.draft_policy import (
     CPU_COSTS,
     CUDA_COSTS,
     VLLM_CPU_COSTS,
+    VLLM_CPU_SOFTWARE_BF16_COSTS,
     ConfidenceCalibration,
     CostModel,
     DraftPolicy,
@@ -17,6 +18,8 @@ from dflash_plugin.draft_policy import (
     parse_cost_model,
     plan_draft_lengths,
     vllm_cpu_costs,
+    vllm_cpu_fp32_costs,
+    vllm_cpu_preset,
 )
 
 BLOCK = 15
@@ -189,3 +192,50 @@ def test_compiled_vllm_cpu_preset_drafts_at_low_load_only():
     # shipped one on the bench prompts): short drafts for one request, none under load.
     assert 0 < max(plan(1, 0.5, VLLM_CPU_COSTS)) <= 4
     assert plan(16, 0.5, VLLM_CPU_COSTS) == [0] * 16
+
+
+@pytest.mark.parametrize("native", [True, False, None])
+def test_the_cpu_preset_follows_how_the_target_computes(native):
+    # float32 on any CPU: the float32 preset for the engine's draft length
+    assert vllm_cpu_preset(8, 16, torch.float32, native) == vllm_cpu_fp32_costs(16)
+    # 16-bit: native (or unknown) bf16 keeps the depth-scaled preset; bf16 in software never drafts
+    expected = VLLM_CPU_SOFTWARE_BF16_COSTS if native is False else vllm_cpu_costs(8)
+    assert vllm_cpu_preset(8, 16, torch.bfloat16, native) == expected
+    assert vllm_cpu_preset(8, 4, torch.float16, native) == expected
+
+
+def test_float32_preset_charges_each_drafted_position():
+    short, full = vllm_cpu_fp32_costs(4), vllm_cpu_fp32_costs(16)
+    for batch in (1, 4, 16):
+        assert short.draft_time(batch) < full.draft_time(batch)
+    assert short.verify_time(5) == full.verify_time(5)
+    # A drafter accepting ~70% of its drafts gets a few verified alone, none at 16 requests.
+    assert 0 < max(plan(1, 0.7, full)) <= 8
+    assert plan(16, 0.7, full) == [0] * 16
+    for bad in (1, 0, 3.5, "16"):
+        with pytest.raises(ValueError, match="draft_positions"):
+            vllm_cpu_fp32_costs(bad)
+
+
+def test_bf16_in_software_never_drafts():
+    for batch in (1, 2, 8):
+        assert plan(batch, 0.95, VLLM_CPU_SOFTWARE_BF16_COSTS) == [0] * batch
+
+
+def test_the_vllm_adapter_picks_the_preset_for_the_targets_dtype(monkeypatch):
+    import vllm_ext.drafting as drafting
+
+    monkeypatch.delenv(drafting.COST_MODEL_ENV, raising=False)
+    monkeypatch.setattr(drafting, "native_bf16", lambda: False)
+    assert drafting.cost_model_from_env(True, 8, 16, torch.float32) == vllm_cpu_fp32_costs(16)
+    assert drafting.cost_model_from_env(True, 8, 16, torch.bfloat16) == VLLM_CPU_SOFTWARE_BF16_COSTS
+    assert drafting.costs_in_software_bf16(True, torch.bfloat16)
+    assert not drafting.costs_in_software_bf16(True, torch.float32)
+    assert not drafting.costs_in_software_bf16(False, torch.bfloat16)
+    monkeypatch.setattr(drafting, "native_bf16", lambda: True)
+    assert drafting.cost_model_from_env(True, 8, 16, torch.bfloat16) == vllm_cpu_costs(8)
+    assert not drafting.costs_in_software_bf16(True, torch.bfloat16)
+    assert drafting.cost_model_from_env(False, 8, 16, torch.float32) == CUDA_COSTS
+    monkeypatch.setenv(drafting.COST_MODEL_ENV, "draft_fixed=0.5")
+    assert drafting.cost_model_from_env(True, 8, 4, torch.float32) == replace(
+        vllm_cpu_fp32_costs(4), draft_fixed=0.5)
