@@ -348,6 +348,8 @@ def _row(algorithm: str, concurrency: int, samples: list[_Sample],
         counted = {name: sum(s.counted[name] for s in samples) for name in bench.SPEC_COUNTERS}
     row = bench.summarize(algorithm, concurrency, results, sum(walls),
                           dict.fromkeys(bench.SPEC_COUNTERS, 0.0) if counted else None, counted)
+    if opts is not None and opts.engine == "vllm":
+        row["dtype"] = flags.served_dtype(opts)
     if opts is not None and opts.speculative_draft_model_path is not None:
         row["draft_model"] = opts.speculative_draft_model_path
     if opts is not None and opts.speculative_num_draft_tokens is not None:

@@ -473,6 +473,16 @@ def cpu_dtype(opts: ServeOptions, cpu: bool) -> str | None:
     return default_cpu_dtype()
 
 
+def served_dtype(opts: ServeOptions) -> str:
+    """The dtype a vLLM server runs with, as far as its flags tell: --dtype, the engine
+    arguments' --dtype, this CPU's default, else "auto" (the model's)."""
+    for i, arg in enumerate(opts.engine_args):
+        name, _, value = arg.partition("=")
+        if name == "--dtype":
+            return value or (opts.engine_args[i + 1] if i + 1 < len(opts.engine_args) else "auto")
+    return opts.dtype or cpu_dtype(opts, is_cpu_vllm()) or "auto"
+
+
 def vllm_launch(opts: ServeOptions, python: str = sys.executable) -> Launch:
     argv = [python, "-m", "dflash_plugin.serving.vllm_main", "serve", opts.model_path,
             "--host", opts.host, "--port", str(opts.port)]

@@ -397,3 +397,18 @@ def test_vllm_cpu_serves_in_float32_where_the_cpu_has_no_native_bf16(monkeypatch
     # Not on GPUs: vLLM's choice stands.
     monkeypatch.setattr(flags, "is_cpu_vllm", lambda: False)
     assert "--dtype" not in launch("--speculative-algorithm", "NONE").argv
+
+
+def test_bench_rows_name_the_dtype_they_ran(monkeypatch):
+    from dflash_plugin.commands.bench import _row, _Sample
+    from dflash_plugin.serving.bench import SPEC_COUNTERS
+    from dflash_plugin.serving.flags import ServeOptions
+    sample = _Sample(results=[], walls=[1.0], counted=dict.fromkeys(SPEC_COUNTERS, 0.0))
+    monkeypatch.setattr(flags, "is_cpu_vllm", lambda: True)
+    monkeypatch.setattr(flags, "default_cpu_dtype", lambda: "float32")
+    assert _row("none", 1, [sample], ServeOptions())["dtype"] == "float32"  # this CPU's default
+    assert _row("none", 1, [sample], ServeOptions(dtype="bfloat16"))["dtype"] == "bfloat16"
+    for engine_args in (["--dtype", "float16"], ["--dtype=float16"]):
+        assert _row("none", 1, [sample], ServeOptions(engine_args=engine_args))["dtype"] == "float16"
+    monkeypatch.setattr(flags, "default_cpu_dtype", lambda: None)
+    assert _row("none", 1, [sample], ServeOptions())["dtype"] == "auto"
