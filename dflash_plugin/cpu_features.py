@@ -33,3 +33,9 @@ def default_cpu_dtype() -> str | None:
     is known to lack native bf16 (float16 is no faster there); None (keep the model's or the
     engine's choice) otherwise."""
     return "float32" if native_bf16() is False else None
+
+
+def cpu_autocast():
+    """bf16 autocast for CPU training where bf16 is native (or unknown); float32 (autocast off)
+    where it runs in software: a float32 matmul is faster there."""
+    return torch.autocast("cpu", dtype=torch.bfloat16, enabled=native_bf16() is not False)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from dflash_plugin.cpu_features import default_cpu_dtype
 from dflash_plugin.prompt_io import encode_chat
 from dflash_plugin.train.prompts import Prompt
 
@@ -31,7 +32,7 @@ def _vllm_engine(target_path: str, max_tokens: int, temperature: float, seed: in
     os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
     from vllm import LLM, SamplingParams, TokensPrompt
 
-    llm = LLM(model=target_path, dtype="bfloat16", max_model_len=2048,
+    llm = LLM(model=target_path, dtype=default_cpu_dtype() or "bfloat16", max_model_len=2048,
               gpu_memory_utilization=0.5, seed=seed)
     # Token ids are all we keep: skipping detokenization frees the front-end process's CPU.
     params = SamplingParams(temperature=temperature, max_tokens=max_tokens, seed=seed,

@@ -41,7 +41,8 @@ def main_in_process(capsys, *argv) -> tuple[int, str]:
     return code, capsys.readouterr().err
 
 
-def test_dflash_flags_become_a_vllm_speculative_config(random_drafter):
+def test_dflash_flags_become_a_vllm_speculative_config(random_drafter, monkeypatch):
+    monkeypatch.setattr(flags, "native_bf16", lambda: True)  # the full block (see below)
     result = launch("--speculative-draft-model-path", str(random_drafter), "--port", "8123",
                     "--dtype", "float32", "--context-length", "1024")
     argv = result.argv
@@ -412,3 +413,18 @@ def test_bench_rows_name_the_dtype_they_ran(monkeypatch):
         assert _row("none", 1, [sample], ServeOptions(engine_args=engine_args))["dtype"] == "float16"
     monkeypatch.setattr(flags, "default_cpu_dtype", lambda: None)
     assert _row("none", 1, [sample], ServeOptions())["dtype"] == "auto"
+
+
+def test_cpus_without_native_bf16_draft_a_shorter_block_by_default(random_drafter, monkeypatch):
+    def draft_tokens(*argv):
+        return spec_config(launch("--speculative-draft-model-path", str(random_drafter),
+                                  *argv).argv)["num_speculative_tokens"]
+    monkeypatch.setattr(flags, "is_cpu_vllm", lambda: True)
+    monkeypatch.setattr(flags, "native_bf16", lambda: False)
+    assert draft_tokens() == flags.CPU_FP32_DRAFT_TOKENS - 1 == 3
+    assert draft_tokens("--speculative-num-draft-tokens", "16") == 15  # the user's choice wins
+    monkeypatch.setattr(flags, "native_bf16", lambda: None)  # unknown: the checkpoint's block
+    assert draft_tokens() == 15
+    monkeypatch.setattr(flags, "native_bf16", lambda: False)
+    monkeypatch.setattr(flags, "is_cpu_vllm", lambda: False)  # GPUs: the checkpoint's block
+    assert draft_tokens() == 15

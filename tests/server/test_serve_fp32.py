@@ -42,8 +42,10 @@ def server(baseline, server_logs, drafter):
     # tests below always check verified drafts of every length: the default load-aware policy
     # may verify none with a weak drafter on this CPU (its own losslessness is tested in
     # tests/vllm/test_engine.py, and the default policy serves in test_serve_bf16.py).
+    # The whole block on every CPU (without native bf16 dflash serve would default to 4 tokens).
     server = start_server(server_logs / "fp32-dflash.log", "--speculative-draft-model-path",
-                          str(drafter), *COMMON, *ENGINE, env={"DFLASH_DRAFT_POLICY": "stagger"})
+                          str(drafter), "--speculative-num-draft-tokens", "16", *COMMON, *ENGINE,
+                          env={"DFLASH_DRAFT_POLICY": "stagger"})
     yield server
     server.stop()
 
