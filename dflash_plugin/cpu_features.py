@@ -34,8 +34,3 @@ def default_cpu_dtype() -> str | None:
     engine's choice) otherwise."""
     return "float32" if native_bf16() is False else None
 
-
-def cpu_autocast():
-    """bf16 autocast for CPU training where bf16 is native (or unknown); float32 (autocast off)
-    where it runs in software: a float32 matmul is faster there."""
-    return torch.autocast("cpu", dtype=torch.bfloat16, enabled=native_bf16() is not False)

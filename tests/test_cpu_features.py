@@ -41,14 +41,3 @@ def test_this_machines_answer_matches_its_cpu_flags():
                 flags.update(line.split(":", 1)[1].split())
     assert cpu_features.native_bf16() == bool(flags & {"avx512_bf16", "amx_bf16", "amx_tile"})
 
-
-@pytest.mark.parametrize("avx512_bf16, machine, enabled", [(True, "x86_64", True),
-                                                          (False, "x86_64", False),
-                                                          (False, "aarch64", True)])
-def test_training_autocasts_to_bf16_unless_bf16_runs_in_software(monkeypatch, avx512_bf16,
-                                                                 machine, enabled):
-    fake_cpu(monkeypatch, machine=machine, avx512_bf16=avx512_bf16)
-    layer = torch.nn.Linear(8, 8)
-    with cpu_features.cpu_autocast():
-        out = layer(torch.ones(2, 8))
-    assert out.dtype == (torch.bfloat16 if enabled else torch.float32)

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import torch
 
-from dflash_plugin.cpu_features import default_cpu_dtype
 from dflash_plugin.errors import DFlashError
 
 HELP = "train a DFlash drafter for a target (resumable stages)"
@@ -114,8 +113,7 @@ def run(args) -> int:
     # Export reads the target's LM head only to drop a reduced draft vocabulary.
     full_vocab_export = "export" in stages and args.export and args.export_vocab == "full"
     needs_model = bool({"features", "train", "evaluate"} & set(stages)) or full_vocab_export
-    target_dtype = getattr(torch, default_cpu_dtype() or "bfloat16")  # float32 without native bf16
-    target, tokenizer = load_target(target_path, dtype=target_dtype) if needs_model else (None, None)
+    target, tokenizer = load_target(target_path, dtype=torch.bfloat16) if needs_model else (None, None)
     if "features" in stages:
         from dflash_plugin.train.feature_store import build_feature_store
         build_feature_store(target, work / "responses.jsonl", work / "features",

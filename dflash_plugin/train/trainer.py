@@ -4,9 +4,8 @@ Random anchors per sequence, each starting a block; cross-entropy weighted exp(-
 per block position (optionally mixed with a KL term towards the target's whole next-token
 distribution, renormalised over the draft vocabulary: `distill_weight`, not in the paper); the
 target's embedding and LM head are frozen and shared; AdamW with a
-cosine schedule and warm-up, gradient clipping, bf16 autocast on CPUs with native bf16 (float32
-where bf16 runs in software: cpu_features); deterministic seeds; a checkpoint (published format +
-optimizer state) that a re-run resumes from.
+cosine schedule and warm-up, gradient clipping, bf16 autocast on CPU; deterministic seeds; a
+checkpoint (published format + optimizer state) that a re-run resumes from.
 """
 
 from __future__ import annotations
@@ -24,7 +23,6 @@ from tqdm import tqdm
 
 from dflash_plugin.checkpoint import load_drafter, save_drafter
 from dflash_plugin.config import make_config
-from dflash_plugin.cpu_features import cpu_autocast
 from dflash_plugin.draft_vocab import reduced_head, with_reduced_vocabulary
 from dflash_plugin.drafter import DFlashDraftModel
 from dflash_plugin.layout import default_gamma
@@ -133,7 +131,7 @@ def teacher_log_probs(drafter: DFlashDraftModel, final_hidden: torch.Tensor,
     draft vocabulary: the token at position p is predicted from the final hidden state at p-1.
     Rows for the bonus position and past the sequence are clamped copies (their weight is 0)."""
     previous = (block_positions - 1).clamp(0, final_hidden.shape[0] - 1)
-    with cpu_autocast():
+    with torch.autocast("cpu", dtype=torch.bfloat16):
         logits = drafter.draft_logits(final_hidden[previous], target_head).float()
     return logits.log_softmax(-1)
 
@@ -213,7 +211,7 @@ class Trainer:
             features, final_hidden = self.store.features_and_final_hidden(seq)
         else:
             features, final_hidden = self.store.features(seq), None
-        with cpu_autocast():
+        with torch.autocast("cpu", dtype=torch.bfloat16):
             context = self.drafter.fuse_context(features[None])
             hidden = self.drafter(self.embed(batch.block_ids)[None], context,
                                   batch.block_positions[None], torch.arange(seq.length)[None],
