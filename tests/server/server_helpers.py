@@ -11,10 +11,12 @@ import asyncio
 import importlib.util
 import os
 import sys
+import urllib.request
 from pathlib import Path
 
 import pytest
 
+from dflash_plugin.serving.bench import parse_counters
 from dflash_plugin.serving.flags import Launch
 from dflash_plugin.serving.server import Server, ServerExited, free_port
 
@@ -68,6 +70,12 @@ def start_server(log_path: Path, *serve_args: str,
         pytest.fail(f"server did not start: {err}\n--- log tail ---\n{server.output_tail()}")
     print(f"[server] {log_path.name} ready after {seconds:.0f} s")
     return server
+
+
+def scrape(server) -> dict[str, float]:
+    """The server's Prometheus counters (/metrics)."""
+    with urllib.request.urlopen(f"{server.base_url}/metrics", timeout=30) as response:
+        return parse_counters(response.read().decode())
 
 
 def openai_client(server: Server, **kwargs):

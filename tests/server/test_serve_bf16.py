@@ -5,7 +5,7 @@ differently, so a near-tie can flip and the outputs diverge from there on; the r
 not required to be 1 (float32 is required to match exactly, see test_serve_fp32.py)."""
 
 import pytest
-from server_helpers import collect_outputs, match_rate, start_server
+from server_helpers import collect_outputs, match_rate, scrape, start_server
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
@@ -14,13 +14,18 @@ COMMON = ["--dtype", "bfloat16", "--context-length", "1024", "--", "--enforce-ea
 
 @pytest.fixture(scope="module")
 def bf16_outputs(server_logs, drafter):
-    """(no speculation, DFlash) outputs; one server at a time."""
+    """(no speculation, DFlash) outputs; one server at a time. DFlash verifies whole 16-token
+    blocks: the load-aware policy would verify none on a CPU without native bf16 (its preset
+    there never drafts), and the rate would then say nothing about speculative decoding."""
     outputs = []
-    for name, args in (("none", ["--speculative-algorithm", "NONE"]),
-                       ("dflash", ["--speculative-draft-model-path", str(drafter)])):
-        server = start_server(server_logs / f"bf16-{name}.log", *args, *COMMON)
+    full_blocks = ["--speculative-num-draft-tokens", "16"]
+    for name, args, env in (("none", ["--speculative-algorithm", "NONE"], None),
+                            ("dflash", ["--speculative-draft-model-path", str(drafter),
+                                        *full_blocks], {"DFLASH_DRAFT_POLICY": "full"})):
+        server = start_server(server_logs / f"bf16-{name}.log", *args, *COMMON, env=env)
         try:
             outputs.append(collect_outputs(server, completions=False))
+            outputs[-1]["counters"] = scrape(server)
         finally:
             server.stop()
     return outputs
@@ -44,5 +49,6 @@ def test_bf16_match_rate_is_reported(bf16_outputs, capsys):
     with capsys.disabled():
         print("\n" + "\n".join(lines))
     assert all(ids for ids in spec["chat"] + spec["concurrent"])
+    assert spec["counters"]["vllm:spec_decode_num_draft_tokens"] > 0  # drafts were verified
     # The first token comes from the same prefill in both servers.
     assert all(a[:1] == b[:1] for a, b in zip(spec["chat"], base["chat"]))

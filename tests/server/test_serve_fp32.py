@@ -7,15 +7,13 @@ import json
 import os
 import signal
 import time
-import urllib.request
 from pathlib import Path
 
 import openai
 import pytest
 from server_helpers import (MAX_TOKENS, MODEL, PROMPTS, chat_ids, collect_outputs, openai_client,
-                      start_server, token_ids)
+                            scrape, start_server)
 
-from dflash_plugin.serving.bench import parse_counters
 from dflash_plugin.serving.server import is_healthy
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
@@ -41,7 +39,7 @@ def server(baseline, server_logs, drafter):
     # "stagger" verifies 0..15 drafts per request, varying every step, so the token-identity
     # tests below always check verified drafts of every length: the default load-aware policy
     # may verify none with a weak drafter on this CPU (its own losslessness is tested in
-    # tests/vllm/test_engine.py, and the default policy serves in test_serve_bf16.py).
+    # tests/vllm/test_engine.py; test_serve_bf16.py verifies full blocks).
     # The whole block on every CPU (without native bf16 dflash serve would default to 4 tokens).
     server = start_server(server_logs / "fp32-dflash.log", "--speculative-draft-model-path",
                           str(drafter), "--speculative-num-draft-tokens", "16", *COMMON, *ENGINE,
@@ -114,11 +112,6 @@ def test_16_concurrent_requests_are_token_identical_to_no_speculation(outputs, b
     assert len(outputs["concurrent"]) == 16
     assert outputs["concurrent"] == baseline["concurrent"]
     assert all(len(ids) > 0 for ids in outputs["concurrent"])
-
-
-def scrape(server) -> dict[str, float]:
-    with urllib.request.urlopen(f"{server.base_url}/metrics", timeout=30) as response:
-        return parse_counters(response.read().decode())
 
 
 def test_metrics_show_drafted_tokens(server, client):
