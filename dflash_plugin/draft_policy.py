@@ -145,13 +145,22 @@ VLLM_CPU_SOFTWARE_BF16_COSTS = CostModel(verify_fixed=0.15, verify_per_token=0.8
                                          draft_fixed=0.3, draft_per_request=0.5)
 
 
+def cpu_compute(dtype: torch.dtype, native_bf16: bool | None) -> str:
+    """How a CPU target computes: "float32", "software-bf16" (16-bit on a CPU known to lack
+    native bf16) or "native-bf16" (16-bit with native bf16, or unknown)."""
+    if dtype in (torch.float32, torch.float64):
+        return "float32"
+    return "software-bf16" if native_bf16 is False else "native-bf16"
+
+
 def vllm_cpu_preset(num_draft_layers: int | None, draft_positions: int,
                     dtype: torch.dtype, native_bf16: bool | None) -> CostModel:
-    """The vLLM-CPU preset for how the target computes here: float32, 16-bit in software (a CPU
-    known to lack native bf16), or 16-bit with native bf16 (or unknown: the original preset)."""
-    if dtype in (torch.float32, torch.float64):
+    """The vLLM-CPU preset for how the target computes here (cpu_compute); native bf16 keeps the
+    original preset."""
+    compute = cpu_compute(dtype, native_bf16)
+    if compute == "float32":
         return vllm_cpu_fp32_costs(draft_positions)
-    if native_bf16 is False:
+    if compute == "software-bf16":
         return VLLM_CPU_SOFTWARE_BF16_COSTS
     return vllm_cpu_costs(num_draft_layers)
 

@@ -8,7 +8,7 @@ import os
 import pytest
 import torch
 
-from core_helpers import PROMPTS, make_drafter, tiny_llama
+from core_helpers import EOS, PLAIN_MAX_NEW, PROMPTS, make_drafter, tiny_llama
 
 # On a small shared CPU, many threads fight each other; one thread is far faster (measured
 # ~30x under load). Override with DFLASH_TEST_THREADS.
@@ -47,6 +47,21 @@ def chat_prompts(tokenizer):
     from dflash_plugin.prompt_io import encode_chat
     return [torch.tensor([encode_chat(tokenizer, [{"role": "user", "content": p}])])
             for p in PROMPTS]
+
+
+@pytest.fixture(scope="session")
+def plain_results(target_f32, chat_prompts):
+    """Plain greedy decoding of chat prompt i (float32, PLAIN_MAX_NEW tokens, stopping at EOS),
+    computed once for every test that compares against it."""
+    from dflash_plugin.generate import generate_plain
+    cache = {}
+
+    def get(i):
+        if i not in cache:
+            cache[i] = generate_plain(target_f32, chat_prompts[i], PLAIN_MAX_NEW,
+                                      stop_token_ids={EOS})
+        return cache[i]
+    return get
 
 
 @pytest.fixture(scope="session")

@@ -16,6 +16,7 @@ from dflash_plugin.generate import SpecDecoder
 from dflash_plugin.sampling import SamplingParams, target_probs
 
 EOS = 2  # <|im_end|> of SmolLM2-Instruct
+PLAIN_MAX_NEW = 48  # new tokens of the shared plain greedy references (conftest.plain_results)
 MASK = 3  # <repo_name>: a special token a chat never produces
 
 PROMPTS = [

@@ -5,14 +5,14 @@ its context for the next one, so the drafter's cache always covers every committ
 
 import pytest
 import torch
-from core_helpers import EOS, PROMPTS, chi_square_pvalue, exact_joint, make_drafter
+from core_helpers import EOS, PLAIN_MAX_NEW, PROMPTS, chi_square_pvalue, exact_joint, make_drafter
 
 from dflash_plugin.adaptive_decode import AdaptiveSpecDecoder
 from dflash_plugin.generate import generate_plain
 from dflash_plugin.rate_guard import RateGuard, WindowGuard
 from dflash_plugin.sampling import SamplingParams
 
-MAX_NEW = 48
+MAX_NEW = PLAIN_MAX_NEW  # the length of the shared plain references (conftest.plain_results)
 
 
 class AlternatingGuard(RateGuard):
@@ -46,7 +46,8 @@ def watch_draft_cache(decoder):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("guard", ["none", "alternating", "window"])
-def test_adaptive_greedy_matches_plain(target_f32, shipped_drafter_f32, chat_prompts, guard):
+def test_adaptive_greedy_matches_plain(target_f32, shipped_drafter_f32, chat_prompts, plain_results,
+                                       guard):
     rate_guard = AlternatingGuard() if guard == "alternating" else None
     # Windows of 4 rounds, the first ones alternating on and off while both arms are measured
     window_guard = WindowGuard(window=4) if guard == "window" else None
@@ -62,8 +63,8 @@ def test_adaptive_greedy_matches_plain(target_f32, shipped_drafter_f32, chat_pro
         return chosen
     decoder.policy.choose = recording_choose
     draft_passes, plain_rounds, accepted = 0, 0, 0
-    for ids in chat_prompts:
-        plain = generate_plain(target_f32, ids, MAX_NEW, stop_token_ids={EOS})
+    for i, ids in enumerate(chat_prompts):
+        plain = plain_results(i)
         calls.clear()
         spec = decoder.generate(ids, MAX_NEW, stop_token_ids={EOS})
         assert spec.token_ids == plain.token_ids

@@ -4,24 +4,13 @@ plain greedy decoding: with a random drafter (every draft rejected) and with scr
 acceptance, EOS inside a block, and max_new_tokens inside a block."""
 
 import pytest
-from core_helpers import EOS, PROMPTS, ProposingDecoder
+from core_helpers import EOS, PLAIN_MAX_NEW, PROMPTS, ProposingDecoder
 
 from dflash_plugin.generate import SpecDecoder, generate_plain
 
 pytestmark = pytest.mark.slow
 
-MAX_NEW = 48
-
-
-@pytest.fixture(scope="module")
-def plain_results(target_f32, chat_prompts):
-    cache = {}
-
-    def get(i):
-        if i not in cache:
-            cache[i] = generate_plain(target_f32, chat_prompts[i], MAX_NEW, stop_token_ids={EOS})
-        return cache[i]
-    return get
+MAX_NEW = PLAIN_MAX_NEW  # the length of the shared plain references (conftest.plain_results)
 
 
 @pytest.mark.parametrize("block_size", [4, 8, 16])

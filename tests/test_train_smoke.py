@@ -207,8 +207,10 @@ def test_distillation_teacher_is_the_targets_next_token_distribution(store, smol
     assert agree > 0.9, agree
 
 
-def test_distillation_needs_online_features_and_trains(store, tmp_path, smollm_bf16):
-    model, _ = smollm_bf16
+def test_distillation_needs_online_features_and_trains(store, tmp_path, smollm_f32):
+    # The float32 target (as dflash train loads it where bf16 is not native): distillation runs
+    # the whole target per sequence, 36 passes here, which take minutes in software bf16.
+    model, _ = smollm_f32
     with pytest.raises(ValueError, match="--online-features"):
         Trainer(_config(store, tmp_path / "stored", distill_weight=0.5), model)
     online = OnlineFeatures(model, store / "responses.jsonl", [1, 8, 14, 20, 27])
@@ -228,3 +230,37 @@ def test_distillation_needs_online_features_and_trains(store, tmp_path, smollm_b
                     online)
     mixed.run()
     assert not torch.equal(plain.drafter.fc.weight, mixed.drafter.fc.weight)
+
+
+def test_training_precision_follows_the_cpu(monkeypatch):
+    from dflash_plugin.train import trainer as trainer_module
+    from dflash_plugin.train.trainer import TrainingPrecision
+
+    for native, expected in [(True, "bfloat16"), (None, "bfloat16"), (False, "float32")]:
+        monkeypatch.setattr(trainer_module, "native_bf16", lambda native=native: native)
+        assert TrainingPrecision().name == expected
+    assert TrainingPrecision("bfloat16").name == "bfloat16"  # asked for: the CPU does not matter
+    with pytest.raises(ValueError, match="compute dtype 'float16'"):
+        TrainingPrecision("float16")
+
+
+@pytest.mark.parametrize("vocab, steps", [(2048, 12), (None, 2)])
+def test_float32_training_of_a_bf16_target_learns_like_bf16(store, tmp_path, smollm_bf16, vocab,
+                                                            steps):
+    """The float32 path casts the bf16 stored features, embedding and (full-vocabulary) LM head
+    up: the same steps as bf16 autocast, with losses that differ only by rounding. (Two steps
+    with the full 49K head: its bf16 run is slow where bf16 is emulated.)"""
+    model, _ = smollm_bf16
+    losses = {}
+    for dtype in ("bfloat16", "float32"):
+        trainer = Trainer(_config(store, tmp_path / dtype, max_steps=steps,
+                                  draft_vocab_size=vocab, compute_dtype=dtype), model)
+        trainer.run()
+        losses[dtype] = [json.loads(line)["loss"]
+                         for line in (tmp_path / dtype / "metrics.jsonl").open()]
+    assert model.get_input_embeddings().weight.dtype == torch.bfloat16  # target left as it was
+    bf16, fp32 = losses["bfloat16"], losses["float32"]
+    assert bf16 != fp32  # the dtype took effect
+    assert abs(bf16[0] - fp32[0]) < 0.05 * bf16[0]  # same model, same batch: rounding only
+    if steps > 3:
+        assert sum(fp32[-3:]) < 0.9 * sum(fp32[:3])  # and float32 learns

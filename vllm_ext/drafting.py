@@ -43,6 +43,7 @@ from dflash_plugin.draft_policy import (
     CostModel,
     DraftPolicy,
     PolicyMode,
+    cpu_compute,
     parse_cost_model,
     vllm_cpu_costs,
     vllm_cpu_preset,
@@ -91,7 +92,7 @@ def cost_model_from_env(is_cpu: bool, num_draft_layers: int | None = None,
 
 def costs_in_software_bf16(is_cpu: bool, dtype: torch.dtype) -> bool:
     """A 16-bit target on a CPU known to lack native bf16 (the preset that never drafts)."""
-    return is_cpu and dtype in (torch.bfloat16, torch.float16) and native_bf16() is False
+    return is_cpu and cpu_compute(dtype, native_bf16()) == "software-bf16"
 
 
 def rate_guard_kind_from_env() -> str:

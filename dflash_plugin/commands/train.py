@@ -47,6 +47,10 @@ def add_arguments(p):
                    help="share of the loss (0-1) that is a KL towards the target's whole "
                         "next-token distribution instead of cross-entropy on its token (not in "
                         "the paper; needs --online-features; default 0: the paper's loss)")
+    p.add_argument("--compute-dtype", choices=["bfloat16", "float32"], default=None,
+                   help="how the drafter computes while training (default: bf16 autocast, or "
+                        "float32 on a CPU without native bf16, where bf16 matmuls run in "
+                        "software and are several times slower)")
     p.add_argument("--init-from", help="continue from this drafter checkpoint (fresh schedule); "
                    "one with fewer layers than --num-draft-layers is grown by layers that start "
                    "as the identity")
@@ -113,7 +117,11 @@ def run(args) -> int:
     # Export reads the target's LM head only to drop a reduced draft vocabulary.
     full_vocab_export = "export" in stages and args.export and args.export_vocab == "full"
     needs_model = bool({"features", "train", "evaluate"} & set(stages)) or full_vocab_export
-    target, tokenizer = load_target(target_path, dtype=torch.bfloat16) if needs_model else (None, None)
+    # The target runs in the training's compute dtype: bf16, or float32 where bf16 is emulated.
+    from dflash_plugin.train.trainer import TrainingPrecision
+    precision = TrainingPrecision(args.compute_dtype)
+    target_dtype = torch.bfloat16 if precision.autocast_bf16 else torch.float32
+    target, tokenizer = load_target(target_path, dtype=target_dtype) if needs_model else (None, None)
     if "features" in stages:
         from dflash_plugin.train.feature_store import build_feature_store
         build_feature_store(target, work / "responses.jsonl", work / "features",
@@ -129,7 +137,7 @@ def run(args) -> int:
                           anchors_per_seq=args.anchors_per_seq, seqs_per_step=args.seqs_per_step,
                           lr=args.lr, seed=args.seed, max_steps=args.max_steps,
                           gamma=args.gamma, init_from=args.init_from,
-                          distill_weight=args.distill_weight)
+                          distill_weight=args.distill_weight, compute_dtype=precision.name)
         online = None
         if args.online_features:
             from dflash_plugin.train.feature_store import OnlineFeatures

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import yaml
 
-from dflash_plugin.cpu_features import default_cpu_dtype, native_bf16
+from dflash_plugin.cpu_features import default_cpu_dtype
 from dflash_plugin.errors import DFlashError
 from dflash_plugin.serving.cpu_preload import cpu_preload
 
@@ -35,10 +35,11 @@ YAML_EXTRA_KEYS = ("engine-args", "env")
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8000
 NGRAM_DEFAULT_DRAFT_TOKENS = 5          # 4 proposed tokens per step
-# DFlash tokens per verified block on a CPU without native bf16 (3 drafts): on the AVX2 EPYC of
+# DFlash tokens per verified block on vLLM-CPU in float32 (3 drafts): on the AVX2 EPYC of
 # session 20, in float32 on the held-out prompts, 1.11x / 1.07x plain at concurrency 1 / 4
 # against 0.99x / 1.04x with the full 16-token block, the same bench run (README).
 CPU_FP32_DRAFT_TOKENS = 4
+FLOAT32_NAMES = ("float32", "float")  # vLLM's spellings of float32
 NGRAM_LOOKUP = {"prompt_lookup_max": 4, "prompt_lookup_min": 2}
 # CPU build of vLLM: KV cache size in GiB when the user gives no memory setting. A fraction of
 # "GPU" memory would be a fraction of the NUMA node's RAM, which other processes share.
@@ -325,9 +326,23 @@ def options_from_args(args: argparse.Namespace) -> ServeOptions:
 # Resolution: defaults that need the file system
 
 
+def _engine_arg_value(opts: ServeOptions, name: str) -> str | None:
+    """The value the pass-through engine arguments give flag `name` ("--x v" or "--x=v"; "" for
+    a bare flag), or None where they do not give it."""
+    for i, arg in enumerate(opts.engine_args):
+        flag, equals, value = arg.partition("=")
+        if flag != name:
+            continue
+        if equals:
+            return value
+        following = opts.engine_args[i + 1] if i + 1 < len(opts.engine_args) else ""
+        return "" if following.startswith("--") else following
+    return None
+
+
 def _engine_args_set(opts: ServeOptions, *names: str) -> bool:
-    """Whether the pass-through engine arguments give any of these flags ("--x v" or "--x=v")."""
-    return any(arg.split("=")[0] in names for arg in opts.engine_args)
+    """Whether the pass-through engine arguments give any of these flags."""
+    return any(_engine_arg_value(opts, name) is not None for name in names)
 
 
 def _is_local(path: str) -> bool:
@@ -409,11 +424,12 @@ def resolve(opts: ServeOptions) -> ServeOptions:
 
 
 def default_draft_tokens(opts: ServeOptions) -> int | None:
-    """The drafter's block, or a shorter one on vLLM-CPU where the CPU lacks native bf16: served
-    in float32 there, every drafted position costs compute (draft_policy's float32 preset), and
-    the draft pass drafts num_speculative_tokens positions whatever the policy then verifies."""
+    """The drafter's block, or a shorter one on vLLM-CPU serving in float32 (the default where
+    the CPU lacks native bf16): every drafted position costs compute there (draft_policy's
+    float32 preset), and the draft pass drafts num_speculative_tokens positions whatever the
+    policy then verifies."""
     if (opts.engine == "vllm" and opts.block_size and is_cpu_vllm()
-            and native_bf16() is False):
+            and served_dtype(opts) in FLOAT32_NAMES):
         return min(opts.block_size, CPU_FP32_DRAFT_TOKENS)
     return opts.block_size
 
@@ -488,13 +504,10 @@ def cpu_dtype(opts: ServeOptions, cpu: bool) -> str | None:
 
 
 def served_dtype(opts: ServeOptions) -> str:
-    """The dtype a vLLM server runs with, as far as its flags tell: --dtype, the engine
-    arguments' --dtype, this CPU's default, else "auto" (the model's)."""
-    for i, arg in enumerate(opts.engine_args):
-        name, _, value = arg.partition("=")
-        if name == "--dtype":
-            return value or (opts.engine_args[i + 1] if i + 1 < len(opts.engine_args) else "auto")
-    return opts.dtype or cpu_dtype(opts, is_cpu_vllm()) or "auto"
+    """The dtype a vLLM server runs with, as far as its flags tell: the engine arguments'
+    --dtype, --dtype, this CPU's default, else "auto" (the model's)."""
+    return (_engine_arg_value(opts, "--dtype") or opts.dtype or cpu_dtype(opts, is_cpu_vllm())
+            or "auto")
 
 
 def vllm_launch(opts: ServeOptions, python: str = sys.executable) -> Launch:

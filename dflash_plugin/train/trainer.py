@@ -4,12 +4,14 @@ Random anchors per sequence, each starting a block; cross-entropy weighted exp(-
 per block position (optionally mixed with a KL term towards the target's whole next-token
 distribution, renormalised over the draft vocabulary: `distill_weight`, not in the paper); the
 target's embedding and LM head are frozen and shared; AdamW with a
-cosine schedule and warm-up, gradient clipping, bf16 autocast on CPU; deterministic seeds; a
-checkpoint (published format + optimizer state) that a re-run resumes from.
+cosine schedule and warm-up, gradient clipping, bf16 autocast on CPUs with native bf16 and float32
+where bf16 runs in software (`TrainingPrecision`); deterministic seeds; a checkpoint (published
+format + optimizer state) that a re-run resumes from.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import time
@@ -23,6 +25,7 @@ from tqdm import tqdm
 
 from dflash_plugin.checkpoint import load_drafter, save_drafter
 from dflash_plugin.config import make_config
+from dflash_plugin.cpu_features import native_bf16
 from dflash_plugin.draft_vocab import reduced_head, with_reduced_vocabulary
 from dflash_plugin.drafter import DFlashDraftModel
 from dflash_plugin.layout import default_gamma
@@ -57,6 +60,39 @@ class TrainConfig:
     # Share of the loss that matches the target's whole next-token distribution (KL) instead of
     # its greedy token alone (not in the paper; needs online features). 0: the paper's loss.
     distill_weight: float = 0.0
+    # "bfloat16" (autocast) or "float32"; None: bf16 unless this CPU is known to lack native bf16.
+    compute_dtype: str | None = None
+
+
+class TrainingPrecision:
+    """How the drafter computes while training. bf16 autocast where the CPU has bf16 dot
+    products (or cannot tell); float32 where bf16 runs in software (AVX2-only x86), where a bf16
+    matmul is several times slower than a float32 one (cpu_features). In float32 the bf16 inputs
+    (stored features, a bf16 target's embedding and LM head) are cast up, as autocast would cast
+    them down."""
+
+    CHOICES = ("bfloat16", "float32")
+
+    def __init__(self, name: str | None = None):
+        if name is None:
+            name = "float32" if native_bf16() is False else "bfloat16"
+        if name not in self.CHOICES:
+            raise ValueError(f"compute dtype {name!r}: choose from {', '.join(self.CHOICES)}")
+        self.name = name
+        self.autocast_bf16 = name == "bfloat16"
+
+    def autocast(self):
+        return torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.autocast_bf16)
+
+    def inputs(self, tensor: torch.Tensor) -> torch.Tensor:
+        return tensor if self.autocast_bf16 else tensor.float()
+
+    def frozen(self, module: torch.nn.Module) -> torch.nn.Module:
+        """The target's frozen module in the compute dtype (a float32 copy of a bf16 one)."""
+        module.requires_grad_(False)
+        if self.autocast_bf16 or next(module.parameters()).dtype == torch.float32:
+            return module
+        return copy.deepcopy(module).float().requires_grad_(False)
 
 
 def select_draft_vocab(store: FeatureSource, size: int, vocab_size: int) -> torch.Tensor:
@@ -126,13 +162,15 @@ def check_continuation(drafter: DFlashDraftModel, cfg: TrainConfig, store: Featu
 
 @torch.no_grad()
 def teacher_log_probs(drafter: DFlashDraftModel, final_hidden: torch.Tensor,
-                      block_positions: torch.Tensor, target_head) -> torch.Tensor:
+                      block_positions: torch.Tensor, target_head,
+                      precision: TrainingPrecision | None = None) -> torch.Tensor:
     """The target's next-token log-probabilities for each block position's token, over the
     draft vocabulary: the token at position p is predicted from the final hidden state at p-1.
     Rows for the bonus position and past the sequence are clamped copies (their weight is 0)."""
+    precision = precision or TrainingPrecision("bfloat16")
     previous = (block_positions - 1).clamp(0, final_hidden.shape[0] - 1)
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        logits = drafter.draft_logits(final_hidden[previous], target_head).float()
+    with precision.autocast():
+        logits = drafter.draft_logits(precision.inputs(final_hidden[previous]), target_head).float()
     return logits.log_softmax(-1)
 
 
@@ -160,8 +198,9 @@ class Trainer:
         if not self.store.sequences:
             source = "the online feature source" if features is not None else cfg.store
             raise ValueError(f"feature source {source} holds no sequences")
-        self.embed = target.get_input_embeddings().requires_grad_(False)
-        self.target_head = target.get_output_embeddings().requires_grad_(False)
+        self.precision = TrainingPrecision(cfg.compute_dtype)
+        self.embed = self.precision.frozen(target.get_input_embeddings())
+        self.target_head = self.precision.frozen(target.get_output_embeddings())
         self.gamma = cfg.gamma or default_gamma(cfg.block_size)
         self.total_steps = math.ceil(cfg.epochs * len(self.store.sequences) / cfg.seqs_per_step)
         self.step = 0
@@ -211,8 +250,8 @@ class Trainer:
             features, final_hidden = self.store.features_and_final_hidden(seq)
         else:
             features, final_hidden = self.store.features(seq), None
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            context = self.drafter.fuse_context(features[None])
+        with self.precision.autocast():
+            context = self.drafter.fuse_context(self.precision.inputs(features)[None])
             hidden = self.drafter(self.embed(batch.block_ids)[None], context,
                                   batch.block_positions[None], torch.arange(seq.length)[None],
                                   attn_mask=batch.blockwise_mask)
@@ -229,7 +268,7 @@ class Trainer:
         per_position = F.nll_loss(log_probs, labels, reduction="none")
         if final_hidden is not None:
             teacher = teacher_log_probs(self.drafter, final_hidden, batch.block_positions,
-                                        self.target_head)
+                                        self.target_head, self.precision)
             kl = F.kl_div(log_probs, teacher, log_target=True, reduction="none").sum(-1)
             alpha = self.cfg.distill_weight
             per_position = (1 - alpha) * per_position + alpha * kl

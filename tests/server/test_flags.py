@@ -42,13 +42,13 @@ def main_in_process(capsys, *argv) -> tuple[int, str]:
 
 
 def test_dflash_flags_become_a_vllm_speculative_config(random_drafter, monkeypatch):
-    monkeypatch.setattr(flags, "native_bf16", lambda: True)  # the full block (see below)
+    # bf16: the full block on every CPU (float32 drafts a shorter one on vLLM-CPU, see below)
     result = launch("--speculative-draft-model-path", str(random_drafter), "--port", "8123",
-                    "--dtype", "float32", "--context-length", "1024")
+                    "--dtype", "bfloat16", "--context-length", "1024")
     argv = result.argv
     assert argv[1:4] == ["-m", "dflash_plugin.serving.vllm_main", "serve"]
     assert argv[argv.index("--port") + 1] == "8123"
-    assert argv[argv.index("--dtype") + 1] == "float32"
+    assert argv[argv.index("--dtype") + 1] == "bfloat16"
     assert argv[argv.index("--max-model-len") + 1] == "1024"
     assert argv[argv.index("--served-model-name") + 1] == "SmolLM2-135M-Instruct"
     # num_speculative_tokens = block_size - 1 by default
@@ -415,16 +415,19 @@ def test_bench_rows_name_the_dtype_they_ran(monkeypatch):
     assert _row("none", 1, [sample], ServeOptions())["dtype"] == "auto"
 
 
-def test_cpus_without_native_bf16_draft_a_shorter_block_by_default(random_drafter, monkeypatch):
+def test_vllm_cpu_in_float32_drafts_a_shorter_block_by_default(random_drafter, monkeypatch):
     def draft_tokens(*argv):
         return spec_config(launch("--speculative-draft-model-path", str(random_drafter),
                                   *argv).argv)["num_speculative_tokens"]
     monkeypatch.setattr(flags, "is_cpu_vllm", lambda: True)
-    monkeypatch.setattr(flags, "native_bf16", lambda: False)
+    monkeypatch.setattr(flags, "default_cpu_dtype", lambda: "float32")  # no native bf16
     assert draft_tokens() == flags.CPU_FP32_DRAFT_TOKENS - 1 == 3
     assert draft_tokens("--speculative-num-draft-tokens", "16") == 15  # the user's choice wins
-    monkeypatch.setattr(flags, "native_bf16", lambda: None)  # unknown: the checkpoint's block
+    assert draft_tokens("--dtype", "bfloat16") == 15  # not float32: the checkpoint's block
+    assert draft_tokens("--", "--dtype=bfloat16") == 15
+    monkeypatch.setattr(flags, "default_cpu_dtype", lambda: None)  # native bf16 or unknown
     assert draft_tokens() == 15
-    monkeypatch.setattr(flags, "native_bf16", lambda: False)
+    assert draft_tokens("--dtype", "float32") == 3  # float32 by choice: the same costs
+    assert draft_tokens("--", "--dtype", "float") == 3
     monkeypatch.setattr(flags, "is_cpu_vllm", lambda: False)  # GPUs: the checkpoint's block
-    assert draft_tokens() == 15
+    assert draft_tokens("--dtype", "float32") == 15
