@@ -233,11 +233,11 @@ def test_distillation_needs_online_features_and_trains(store, tmp_path, smollm_f
 
 
 def test_training_precision_follows_the_cpu(monkeypatch):
-    from dflash_plugin.train import trainer as trainer_module
+    from dflash_plugin import cpu_features
     from dflash_plugin.train.trainer import TrainingPrecision
 
     for native, expected in [(True, "bfloat16"), (None, "bfloat16"), (False, "float32")]:
-        monkeypatch.setattr(trainer_module, "native_bf16", lambda native=native: native)
+        monkeypatch.setattr(cpu_features, "native_bf16", lambda native=native: native)
         assert TrainingPrecision().name == expected
     assert TrainingPrecision("bfloat16").name == "bfloat16"  # asked for: the CPU does not matter
     with pytest.raises(ValueError, match="compute dtype 'float16'"):

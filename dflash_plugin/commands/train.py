@@ -120,7 +120,7 @@ def run(args) -> int:
     # The target runs in the training's compute dtype: bf16, or float32 where bf16 is emulated.
     from dflash_plugin.train.trainer import TrainingPrecision
     precision = TrainingPrecision(args.compute_dtype)
-    target_dtype = torch.bfloat16 if precision.autocast_bf16 else torch.float32
+    target_dtype = getattr(torch, precision.name)
     target, tokenizer = load_target(target_path, dtype=target_dtype) if needs_model else (None, None)
     if "features" in stages:
         from dflash_plugin.train.feature_store import build_feature_store

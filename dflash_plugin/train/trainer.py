@@ -25,7 +25,7 @@ from tqdm import tqdm
 
 from dflash_plugin.checkpoint import load_drafter, save_drafter
 from dflash_plugin.config import make_config
-from dflash_plugin.cpu_features import native_bf16
+from dflash_plugin.cpu_features import default_cpu_dtype
 from dflash_plugin.draft_vocab import reduced_head, with_reduced_vocabulary
 from dflash_plugin.drafter import DFlashDraftModel
 from dflash_plugin.layout import default_gamma
@@ -74,8 +74,7 @@ class TrainingPrecision:
     CHOICES = ("bfloat16", "float32")
 
     def __init__(self, name: str | None = None):
-        if name is None:
-            name = "float32" if native_bf16() is False else "bfloat16"
+        name = name or default_cpu_dtype() or "bfloat16"
         if name not in self.CHOICES:
             raise ValueError(f"compute dtype {name!r}: choose from {', '.join(self.CHOICES)}")
         self.name = name
