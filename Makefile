@@ -19,10 +19,19 @@ target: setup
 run: target
 	.venv/bin/dflash serve
 
+# Tests that start vLLM engines or servers (marker `engine`) use both cores each and run on their
+# own, after the rest: those run one torch thread per process (tests/conftest.py), so two
+# pytest-xdist workers, each taking whole files, keep both cores busy.
+TEST_WORKERS ?= 2
+
 test-core: target
-	$(PY) -m pytest -q -rs tests --ignore=tests/sglang
+	$(PY) -m pytest -q -rs -n $(TEST_WORKERS) --dist loadfile -m "not engine" tests --ignore=tests/sglang
+	$(PY) -m pytest -q -rs -m engine tests --ignore=tests/sglang
 
 test-sglang: setup-sglang
 	.venv-sglang/bin/python -m pytest -q -rs tests/sglang
 
-test: test-core test-sglang
+# The two environments install side by side (mostly downloads and unpacking), then the tests run.
+test:
+	@$(MAKE) --no-print-directory -j2 --output-sync=target setup setup-sglang
+	@$(MAKE) --no-print-directory test-core test-sglang

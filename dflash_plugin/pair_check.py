@@ -1,6 +1,6 @@
 """Does a drafter fit a target? The same rules as `features.check_pair`, stated on plain config
 numbers so that an engine adapter can refuse a mismatched pair at start-up, before any weight
-is loaded or any target layer is hooked."""
+is loaded or any target layer is hooked, and `dflash serve` before it launches an engine."""
 
 from __future__ import annotations
 
@@ -48,3 +48,33 @@ def check_pair_shapes(target: TargetShape, drafter: DrafterShape):
     if not 0 <= drafter.mask_token_id < target.vocab_size:
         raise MismatchError(f"mask_token_id {drafter.mask_token_id} is outside the target's "
                             f"vocabulary of {target.vocab_size}")
+
+
+def drafter_shape(config: dict) -> DrafterShape:
+    """A DFlash drafter's shape from its config.json (or an HF config's to_dict()). The layer
+    ids and mask token sit in `dflash_config` (the published format) or at the top level."""
+    extra = config.get("dflash_config") or {}
+    mask_token_id = extra.get("mask_token_id", config.get("mask_token_id"))
+    return DrafterShape(
+        # Without ids the engine picks its own default layers, which always exist.
+        target_layer_ids=tuple(int(i) for i in extra.get("target_layer_ids",
+                                                         config.get("target_layer_ids", ()))),
+        mask_token_id=-1 if mask_token_id is None else int(mask_token_id),
+        hidden_size=int(config["hidden_size"]),
+        vocab_size=int(config["vocab_size"]),
+        target_hidden_size=int(config.get("target_hidden_size") or extra.get("target_hidden_size")
+                               or config["hidden_size"]),
+        num_target_layers=config.get("num_target_layers"),
+    )
+
+
+def target_shape(config: dict) -> TargetShape | None:
+    """A decoder-only target's shape from its config.json (the text model's, for multimodal
+    configs); None when the usual fields are not there (the engine then checks at start-up)."""
+    text = config.get("text_config") or config
+    try:
+        return TargetShape(num_layers=int(text["num_hidden_layers"]),
+                           hidden_size=int(text["hidden_size"]),
+                           vocab_size=int(text["vocab_size"]))
+    except (KeyError, TypeError, ValueError):
+        return None

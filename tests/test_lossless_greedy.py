@@ -13,8 +13,21 @@ pytestmark = pytest.mark.slow
 MAX_NEW = PLAIN_MAX_NEW  # the length of the shared plain references (conftest.plain_results)
 
 
-@pytest.mark.parametrize("block_size", [4, 8, 16])
-@pytest.mark.parametrize("prompt", range(len(PROMPTS)))
+def one_setting_per_prompt(settings):
+    """(prompt, setting) pairs: prompt i gets settings[i % len(settings)]. Every prompt and every
+    setting is checked, and each setting sees outputs ending at EOS and at max_new_tokens
+    (test_each_setting_sees_both_finish_reasons), without the whole cross product: each pair
+    decodes for seconds on the real target."""
+    return [(i, settings[i % len(settings)]) for i in range(len(PROMPTS))]
+
+
+RANDOM_BLOCKS = [4, 8, 16]
+# (drafter block, tokens per verify pass): full blocks, and a 16-token draft of which only the
+# first 2 drafts are verified (--speculative-num-draft-tokens 3).
+TRAINED_SETTINGS = [(4, 4), (16, 16), (16, 3)]
+
+
+@pytest.mark.parametrize("prompt, block_size", one_setting_per_prompt(RANDOM_BLOCKS))
 def test_random_drafter_matches_plain(target_f32, drafter_f32, chat_prompts, plain_results,
                                       prompt, block_size):
     plain = plain_results(prompt)
@@ -26,13 +39,11 @@ def test_random_drafter_matches_plain(target_f32, drafter_f32, chat_prompts, pla
     assert all(1 <= tau <= block_size for tau in spec.stats.accept_lengths)
 
 
-# (drafter block, tokens per verify pass): full blocks, and a 16-token draft of which only the
-# first 2 drafts are verified (--speculative-num-draft-tokens 3).
-@pytest.mark.parametrize("block_size, num_verify", [(4, 4), (16, 16), (16, 3)])
-@pytest.mark.parametrize("prompt", range(len(PROMPTS)))
+@pytest.mark.parametrize("prompt, setting", one_setting_per_prompt(TRAINED_SETTINGS))
 def test_trained_drafter_matches_plain(target_f32, shipped_drafter_f32, chat_prompts,
-                                       plain_results, prompt, block_size, num_verify):
+                                       plain_results, prompt, setting):
     """The shipped drafter gets drafts accepted, and the output is still the target's own."""
+    block_size, num_verify = setting
     plain = plain_results(prompt)
     spec = SpecDecoder(target_f32, shipped_drafter_f32, block_size=block_size,
                        num_verify_tokens=num_verify).generate(chat_prompts[prompt], MAX_NEW,
@@ -75,9 +86,12 @@ def test_trained_drafter_gets_drafts_accepted(target_f32, shipped_drafter_f32, c
     assert spec.stats.mean_accept_length > 1.0
 
 
-def test_prompts_cover_both_finish_reasons(plain_results):
-    reasons = {plain_results(i).finish_reason for i in range(len(PROMPTS))}
-    assert reasons == {"stop", "length"}
+@pytest.mark.parametrize("settings", [RANDOM_BLOCKS, TRAINED_SETTINGS])
+def test_each_setting_sees_both_finish_reasons(plain_results, settings):
+    for setting in settings:
+        reasons = {plain_results(i).finish_reason
+                   for i, s in one_setting_per_prompt(settings) if s == setting}
+        assert reasons == {"stop", "length"}, setting
 
 
 # ---- scripted drafts ------------------------------------------------------------------------

@@ -26,7 +26,8 @@ from vllm.platforms import current_platform
 
 from dflash_plugin.draft_policy import DraftPolicy, top1_probability
 from dflash_plugin.draft_vocab import draft_vocab_logits, read_draft_vocab, to_full_vocabulary
-from dflash_plugin.pair_check import DrafterShape, TargetShape, check_pair_shapes
+from dflash_plugin.pair_check import (DrafterShape, TargetShape, check_pair_shapes,
+                                       drafter_shape)
 from vllm_ext.context_store import DeferredContext
 from vllm_ext.drafting import (
     Drafting,
@@ -49,25 +50,12 @@ logger = logging.getLogger(f"vllm.{__name__}")  # under vLLM's log handler
 
 def pair_shapes(vllm_config: VllmConfig) -> tuple[TargetShape, DrafterShape]:
     """Read the target's and the drafter's shapes from vLLM's configs."""
-    spec = vllm_config.speculative_config
     target_config = vllm_config.model_config
-    draft = spec.draft_model_config.hf_config
-    extra = getattr(draft, "dflash_config", None) or {}
-    mask_token_id = extra.get("mask_token_id", getattr(draft, "mask_token_id", None))
     target = TargetShape(num_layers=target_config.get_total_num_hidden_layers(),
                          hidden_size=target_config.get_hidden_size(),
                          vocab_size=target_config.get_vocab_size())
-    drafter = DrafterShape(
-        # Without ids vLLM picks its own default layers, which always exist.
-        target_layer_ids=tuple(int(i) for i in extra.get("target_layer_ids", ())),
-        mask_token_id=-1 if mask_token_id is None else int(mask_token_id),
-        hidden_size=draft.hidden_size,
-        vocab_size=draft.vocab_size,
-        target_hidden_size=(getattr(draft, "target_hidden_size", None)
-                            or extra.get("target_hidden_size") or draft.hidden_size),
-        num_target_layers=getattr(draft, "num_target_layers", None),
-    )
-    return target, drafter
+    draft = vllm_config.speculative_config.draft_model_config.hf_config
+    return target, drafter_shape(draft.to_dict())
 
 
 def prepacked_matmul(rows: torch.Tensor) -> Callable[[torch.Tensor], torch.Tensor] | None:

@@ -25,7 +25,8 @@ from pathlib import Path
 import yaml
 
 from dflash_plugin.cpu_features import default_cpu_dtype
-from dflash_plugin.errors import DFlashError
+from dflash_plugin.errors import DFlashError, MismatchError
+from dflash_plugin.pair_check import check_pair_shapes, drafter_shape, target_shape
 from dflash_plugin.serving.cpu_preload import cpu_preload
 
 ENGINES = ("vllm", "sglang")
@@ -349,16 +350,21 @@ def _is_local(path: str) -> bool:
     return Path(path).expanduser().exists() or path.startswith(("/", ".", "~"))
 
 
+def read_local_config(path: str, role: str) -> dict:
+    """config.json of a local model folder, with a clear error when it is not one."""
+    config_file = Path(path).expanduser() / "config.json"
+    if not config_file.is_file():
+        raise DFlashError(f"{role} {path} is not a model folder (no config.json)")
+    try:
+        return json.loads(config_file.read_text())
+    except json.JSONDecodeError as err:
+        raise DFlashError(f"{config_file} is not valid JSON: {err}") from err
+
+
 def read_block_size(draft: str) -> int:
     """block_size of a DFlash drafter: from its folder, or its Hub config (cache or network)."""
     if _is_local(draft):
-        config_file = Path(draft).expanduser() / "config.json"
-        if not config_file.is_file():
-            raise DFlashError(f"draft model {draft} is not a model folder (no config.json)")
-        try:
-            config = json.loads(config_file.read_text())
-        except json.JSONDecodeError as err:
-            raise DFlashError(f"{config_file} is not valid JSON: {err}") from err
+        config = read_local_config(draft, "draft model")
     else:
         try:
             from huggingface_hub import hf_hub_download
@@ -371,6 +377,27 @@ def read_block_size(draft: str) -> int:
         raise DFlashError(f"draft model {draft} has no valid block_size in config.json: is it a "
                           "DFlash drafter?")
     return block_size
+
+
+def check_local_pair(model_path: str, draft_path: str):
+    """Refuse a local drafter that does not fit a local target from their config.json files, in
+    well under a second, rather than after the engine's minute of start-up (the engine adapters
+    check again, for pairs given to the engines directly or from the Hub)."""
+    if not (_is_local(model_path) and _is_local(draft_path)):
+        return
+    target = target_shape(read_local_config(model_path, "target model"))
+    if target is None:
+        return
+    try:
+        drafter = drafter_shape(read_local_config(draft_path, "draft model"))
+    except (KeyError, TypeError, ValueError) as err:
+        raise DFlashError(f"draft model {draft_path}: config.json lacks or garbles {err}: is it a "
+                          "DFlash drafter?") from None
+    try:
+        check_pair_shapes(target, drafter)
+    except MismatchError as err:
+        raise MismatchError(f"draft model {draft_path} does not fit target {model_path}: "
+                            f"{err}") from None
 
 
 def resolve(opts: ServeOptions) -> ServeOptions:
@@ -413,6 +440,7 @@ def resolve(opts: ServeOptions) -> ServeOptions:
         # A Hub drafter's config is fetched only when the block size is not given.
         if opts.speculative_num_draft_tokens is None or _is_local(opts.speculative_draft_model_path):
             opts.block_size = read_block_size(opts.speculative_draft_model_path)
+        check_local_pair(opts.model_path, opts.speculative_draft_model_path)
         if opts.speculative_num_draft_tokens is None:
             opts.speculative_num_draft_tokens = default_draft_tokens(opts)
         elif opts.block_size and opts.speculative_num_draft_tokens > opts.block_size:

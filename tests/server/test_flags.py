@@ -113,6 +113,22 @@ def test_checkpoint_problems_are_errors_before_start(random_drafter, tmp_path):
         launch("--model-path", str(random_drafter))
 
 
+@pytest.mark.parametrize("change, message", [
+    ({"vocab_size": 151936}, "vocab size 151936 differs from the target's 49152"),
+    ({"num_target_layers": 36}, "trained for a target with 36 layers, the target has 30"),
+    ({"hidden_size": None}, "config.json lacks or garbles"),
+])
+def test_a_drafter_that_does_not_fit_the_target_is_refused_before_start(
+        random_drafter, tmp_path, change, message):
+    config = json.loads((random_drafter / "config.json").read_text())
+    for key, value in change.items():
+        config.pop(key) if value is None else config.update({key: value})
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(DFlashError, match=message) as refused:
+        launch("--speculative-draft-model-path", str(tmp_path))
+    assert f"draft model {tmp_path}" in str(refused.value)
+
+
 def test_missing_shipped_drafter_is_explained(shipped_drafter, capsys):
     if shipped_drafter is not None:
         pytest.skip("the shipped drafter exists")

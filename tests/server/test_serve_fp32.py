@@ -16,7 +16,7 @@ from server_helpers import (MAX_TOKENS, MODEL, PROMPTS, chat_ids, collect_output
 
 from dflash_plugin.serving.server import is_healthy
 
-pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.engine]
 
 CONTEXT = 1024
 COMMON = ["--dtype", "float32", "--context-length", str(CONTEXT)]

@@ -20,7 +20,7 @@ import pytest
 from dflash_plugin.serving.flags import DRAFT_IDS_EXECUTOR
 
 pytest.importorskip("vllm", reason="needs the vLLM CPU build")
-pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.engine]
 
 # No compilation and a fixed KV-cache size: quick start-up, and independent of how much memory
 # other jobs leave free.

@@ -5,7 +5,8 @@ from dataclasses import replace
 import pytest
 
 from dflash_plugin.errors import MismatchError
-from dflash_plugin.pair_check import DrafterShape, TargetShape, check_pair_shapes
+from dflash_plugin.pair_check import (DrafterShape, TargetShape, check_pair_shapes, drafter_shape,
+                                       target_shape)
 
 TARGET = TargetShape(num_layers=30, hidden_size=576, vocab_size=49152)
 DRAFTER = DrafterShape(target_layer_ids=(1, 8, 14, 20, 27), mask_token_id=3, hidden_size=576,
@@ -29,3 +30,18 @@ def test_a_fitting_pair_passes():
 def test_mismatches_are_named(change, message):
     with pytest.raises(MismatchError, match=message):
         check_pair_shapes(TARGET, replace(DRAFTER, **change))
+
+
+def test_shapes_read_from_config_json_dicts():
+    published = {"hidden_size": 576, "vocab_size": 49152, "num_target_layers": 30,
+                 "dflash_config": {"mask_token_id": 3, "target_layer_ids": [1, 8, 14, 20, 27]}}
+    assert drafter_shape(published) == DRAFTER
+    top_level = {"hidden_size": 576, "vocab_size": 49152, "mask_token_id": 3,
+                 "target_layer_ids": [1, 40], "target_hidden_size": 1024}
+    assert drafter_shape(top_level) == replace(DRAFTER, target_layer_ids=(1, 40),
+                                               target_hidden_size=1024, num_target_layers=None)
+    assert drafter_shape({"hidden_size": 576, "vocab_size": 49152}).mask_token_id == -1
+    llama = {"num_hidden_layers": 30, "hidden_size": 576, "vocab_size": 49152}
+    assert target_shape(llama) == TARGET
+    assert target_shape({"model_type": "llava", "text_config": llama}) == TARGET
+    assert target_shape({"model_type": "unknown"}) is None

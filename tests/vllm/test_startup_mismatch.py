@@ -13,7 +13,7 @@ import textwrap
 import pytest
 
 pytest.importorskip("vllm", reason="needs the vLLM CPU build")
-pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.engine]
 
 START = textwrap.dedent("""
     import sys
