@@ -28,10 +28,10 @@ def bf16_outputs(server_logs, drafter):
     load-aware policy would verify none on a CPU without native bf16 (its preset there never
     drafts), and the rate would then say nothing about speculative decoding."""
     outputs = []
-    full_blocks = ["--speculative-num-draft-tokens", str(BLOCK)]
+    block_flag = ["--speculative-num-draft-tokens", str(BLOCK)]
     for name, args, env in (("none", ["--speculative-algorithm", "NONE"], None),
                             ("dflash", ["--speculative-draft-model-path", str(drafter),
-                                        *full_blocks], {"DFLASH_DRAFT_POLICY": "full"})):
+                                        *block_flag], {"DFLASH_DRAFT_POLICY": "full"})):
         server = start_server(server_logs / f"bf16-{name}.log", *args, *COMMON, env=env)
         try:
             outputs.append(collect_outputs(server, num_concurrent=CONCURRENT, completions=False))
