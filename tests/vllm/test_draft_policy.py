@@ -212,6 +212,11 @@ def test_float32_preset_charges_each_drafted_position():
     # A drafter accepting ~70% of its drafts gets a few verified alone, none at 16 requests.
     assert 0 < max(plan(1, 0.7, full)) <= 8
     assert plan(16, 0.7, full) == [0] * 16
+    # With several requests drafts must promise 1.3x plain (served batched steps cost more than
+    # the preset): a ~70% drafter gets none verified at 4 requests, a ~95% one does.
+    assert short.speedup_bar(1) < short.speedup_bar(4) == 1.3
+    assert plan(4, 0.7, short) == [0] * 4
+    assert min(plan(4, 0.95, short)) > 0
     for bad in (1, 0, 3.5, "16"):
         with pytest.raises(ValueError, match="draft_positions"):
             vllm_cpu_fp32_costs(bad)
