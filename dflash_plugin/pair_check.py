@@ -51,14 +51,13 @@ def check_pair_shapes(target: TargetShape, drafter: DrafterShape):
 
 
 def drafter_shape(config: dict) -> DrafterShape:
-    """A DFlash drafter's shape from its config.json (or an HF config's to_dict()). The layer
-    ids and mask token sit in `dflash_config` (the published format) or at the top level."""
+    """A DFlash drafter's shape from its config.json (or an HF config's to_dict()): the layer
+    ids in `dflash_config` (the published format), the mask token there or at the top level."""
     extra = config.get("dflash_config") or {}
     mask_token_id = extra.get("mask_token_id", config.get("mask_token_id"))
     return DrafterShape(
         # Without ids the engine picks its own default layers, which always exist.
-        target_layer_ids=tuple(int(i) for i in extra.get("target_layer_ids",
-                                                         config.get("target_layer_ids", ()))),
+        target_layer_ids=tuple(int(i) for i in extra.get("target_layer_ids", ())),
         mask_token_id=-1 if mask_token_id is None else int(mask_token_id),
         hidden_size=int(config["hidden_size"]),
         vocab_size=int(config["vocab_size"]),

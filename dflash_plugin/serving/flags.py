@@ -361,17 +361,21 @@ def read_local_config(path: str, role: str) -> dict:
         raise DFlashError(f"{config_file} is not valid JSON: {err}") from err
 
 
-def read_block_size(draft: str) -> int:
-    """block_size of a DFlash drafter: from its folder, or its Hub config (cache or network)."""
+def read_draft_config(draft: str) -> dict:
+    """config.json of a DFlash drafter, for its block_size: from its folder, or from the Hub
+    (cache or network)."""
     if _is_local(draft):
-        config = read_local_config(draft, "draft model")
-    else:
-        try:
-            from huggingface_hub import hf_hub_download
-            config = json.loads(Path(hf_hub_download(draft, "config.json")).read_text())
-        except Exception as err:  # offline, unknown repo, no access: all mean "cannot read it"
-            raise DFlashError(f"cannot read the block_size of draft model {draft} "
-                              f"({type(err).__name__}); pass --speculative-num-draft-tokens") from None
+        return read_local_config(draft, "draft model")
+    try:
+        from huggingface_hub import hf_hub_download
+        return json.loads(Path(hf_hub_download(draft, "config.json")).read_text())
+    except Exception as err:  # offline, unknown repo, no access: all mean "cannot read it"
+        raise DFlashError(f"cannot read the block_size of draft model {draft} "
+                          f"({type(err).__name__}); pass --speculative-num-draft-tokens") from None
+
+
+def block_size_of(draft: str, config: dict) -> int:
+    """block_size of a DFlash drafter from its config.json (top level or in dflash_config)."""
     block_size = config.get("block_size") or (config.get("dflash_config") or {}).get("block_size")
     if not isinstance(block_size, int) or block_size < 2:
         raise DFlashError(f"draft model {draft} has no valid block_size in config.json: is it a "
@@ -379,17 +383,17 @@ def read_block_size(draft: str) -> int:
     return block_size
 
 
-def check_local_pair(model_path: str, draft_path: str):
-    """Refuse a local drafter that does not fit a local target from their config.json files, in
-    well under a second, rather than after the engine's minute of start-up (the engine adapters
+def check_local_pair(model_path: str, draft_path: str, draft_config: dict):
+    """Refuse a drafter that does not fit a local target from their config.json files, in well
+    under a second, rather than after the engine's minute of start-up (the engine adapters
     check again, for pairs given to the engines directly or from the Hub)."""
-    if not (_is_local(model_path) and _is_local(draft_path)):
+    if not _is_local(model_path):
         return
     target = target_shape(read_local_config(model_path, "target model"))
     if target is None:
         return
     try:
-        drafter = drafter_shape(read_local_config(draft_path, "draft model"))
+        drafter = drafter_shape(draft_config)
     except (KeyError, TypeError, ValueError) as err:
         raise DFlashError(f"draft model {draft_path}: config.json lacks or garbles {err}: is it a "
                           "DFlash drafter?") from None
@@ -438,9 +442,12 @@ def resolve(opts: ServeOptions) -> ServeOptions:
                                   "speculation with --speculative-algorithm NONE")
             opts.speculative_draft_model_path = str(shipped)
         # A Hub drafter's config is fetched only when the block size is not given.
-        if opts.speculative_num_draft_tokens is None or _is_local(opts.speculative_draft_model_path):
-            opts.block_size = read_block_size(opts.speculative_draft_model_path)
-        check_local_pair(opts.model_path, opts.speculative_draft_model_path)
+        draft = opts.speculative_draft_model_path
+        if opts.speculative_num_draft_tokens is None or _is_local(draft):
+            draft_config = read_draft_config(draft)
+            opts.block_size = block_size_of(draft, draft_config)
+            if _is_local(draft):
+                check_local_pair(opts.model_path, draft, draft_config)
         if opts.speculative_num_draft_tokens is None:
             opts.speculative_num_draft_tokens = default_draft_tokens(opts)
         elif opts.block_size and opts.speculative_num_draft_tokens > opts.block_size:

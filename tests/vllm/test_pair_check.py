@@ -37,7 +37,7 @@ def test_shapes_read_from_config_json_dicts():
                  "dflash_config": {"mask_token_id": 3, "target_layer_ids": [1, 8, 14, 20, 27]}}
     assert drafter_shape(published) == DRAFTER
     top_level = {"hidden_size": 576, "vocab_size": 49152, "mask_token_id": 3,
-                 "target_layer_ids": [1, 40], "target_hidden_size": 1024}
+                 "dflash_config": {"target_layer_ids": [1, 40]}, "target_hidden_size": 1024}
     assert drafter_shape(top_level) == replace(DRAFTER, target_layer_ids=(1, 40),
                                                target_hidden_size=1024, num_target_layers=None)
     assert drafter_shape({"hidden_size": 576, "vocab_size": 49152}).mask_token_id == -1
