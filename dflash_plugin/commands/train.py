@@ -4,6 +4,7 @@ train -> evaluate (tau per category on held-out prompts) -> export (published fo
 
 from __future__ import annotations
 
+import argparse
 import json
 import shutil
 from pathlib import Path
@@ -59,6 +60,13 @@ def add_arguments(p):
     p.add_argument("--eval-max-new-tokens", type=int, default=128)
     p.add_argument("--eval-limit", type=int, help="evaluate on at most this many held-out prompts "
                    "(taken evenly across categories)")
+    p.add_argument("--eval-draft", help="evaluate stage: this drafter folder (an export, the "
+                   "shipped drafter, a downloaded one; its draft_vocab.json is honoured) instead "
+                   "of the run's checkpoint")
+    p.add_argument("--eval-prompts", help="evaluate stage: a prompts JSONL (as the prompts stage "
+                   "writes) instead of the work directory's held-out split")
+    p.add_argument("--eval-temperatures", default="0,1", type=parse_temperatures,
+                   help="evaluate stage: comma list of sampling temperatures (default: 0,1)")
     p.add_argument("--eval-dtype", choices=["float32", "bfloat16"], default="float32",
                    help="dtype of the evaluation (float32: exact lossless check, and faster "
                         "than bf16 on CPUs without native bf16 attention)")
@@ -66,6 +74,17 @@ def add_arguments(p):
     p.add_argument("--export-vocab", choices=["full", "draft"], default="full",
                    help="full: drop a reduced draft vocabulary whose head is the target's own "
                         "rows, so every engine loads the drafter (default); draft: keep it")
+
+
+def parse_temperatures(text: str) -> tuple[float, ...]:
+    try:
+        values = tuple(float(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        values = ()
+    if not values or any(not 0.0 <= v <= 10.0 for v in values):
+        raise argparse.ArgumentTypeError(f"expected a comma list of temperatures in [0, 10], "
+                                         f"got {text!r}")
+    return values
 
 
 def pick_mask_token(tokenizer) -> int:
@@ -102,6 +121,10 @@ def run(args) -> int:
     work.mkdir(parents=True, exist_ok=True)
     target_path = resolve_target(args.target)
     train_file, eval_file = work / "prompts_train.jsonl", work / "prompts_eval.jsonl"
+    eval_prompts_file = Path(args.eval_prompts) if args.eval_prompts else eval_file
+    if "evaluate" in stages and "prompts" not in stages and not eval_prompts_file.is_file():
+        raise DFlashError(f"no held-out prompts at {eval_prompts_file}: run the prompts stage "
+                          "or pass --eval-prompts")
     if "prompts" in stages:
         prompts = prompt_set.build_prompts(args.per_category + args.eval_per_category, seed=args.seed)
         train, held_out = prompt_set.split_prompts(prompts, args.eval_per_category, seed=args.seed)
@@ -148,12 +171,18 @@ def run(args) -> int:
     if "evaluate" in stages:
         from dflash_plugin.checkpoint import load_drafter
         from dflash_plugin.train.evaluate import evaluate_drafter, write_report
-        held_out = prompt_set.spread_over_categories(prompt_set.read_jsonl(eval_file),
+        held_out = prompt_set.spread_over_categories(prompt_set.read_jsonl(eval_prompts_file),
                                                      args.eval_limit)
         eval_dtype = getattr(torch, args.eval_dtype)
-        drafter = load_drafter(work / "run" / "checkpoint", dtype=eval_dtype)
-        report = evaluate_drafter(target.to(eval_dtype), tokenizer, drafter, held_out,
-                                  max_new_tokens=args.eval_max_new_tokens, seed=args.seed)
+        target = target.to(eval_dtype)
+        if args.eval_draft:
+            from dflash_plugin.draft_vocab import load_drafter_for_target
+            drafter = load_drafter_for_target(target, args.eval_draft, eval_dtype)
+        else:
+            drafter = load_drafter(work / "run" / "checkpoint", dtype=eval_dtype)
+        report = evaluate_drafter(target, tokenizer, drafter, held_out,
+                                  max_new_tokens=args.eval_max_new_tokens, seed=args.seed,
+                                  temperatures=args.eval_temperatures)
         write_report(report, work / "eval.json")
         print(json.dumps(report, indent=1))
     if "export" in stages and args.export:

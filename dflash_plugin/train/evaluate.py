@@ -18,23 +18,29 @@ from dflash_plugin.train.prompts import Prompt
 
 def evaluate_drafter(target, tokenizer, drafter, prompts: list[Prompt], *, max_new_tokens: int = 128,
                      temperatures=(0.0, 1.0), seed: int = 0, check_lossless: bool = True) -> dict:
-    """Per-category and overall tau (mean over prompts of the per-step mean), tokens/s ratios."""
+    """Per-category and overall tau (mean over prompts of the per-step mean), tokens/s ratios,
+    and each prompt's tau (with, at T=0, whether its output equals plain decoding's)."""
     decoder = SpecDecoder(target, drafter)
     stops = stop_token_ids(tokenizer, getattr(target, "generation_config", None))
     report: dict = {"max_new_tokens": max_new_tokens, "num_prompts": len(prompts)}
     for temperature in temperatures:
         sampling = SamplingParams(temperature=temperature)
         taus, spec_time, plain_time, tokens, plain_tokens = defaultdict(list), 0.0, 0.0, 0, 0
-        identical = 0
+        identical, per_prompt = 0, []
         for i, prompt in enumerate(tqdm(prompts, desc=f"eval T={temperature}")):
             ids = torch.tensor([encode_chat(tokenizer, [{"role": "user", "content": prompt.text}])])
             spec = decoder.generate(ids, max_new_tokens, sampling, seed + i, stops)
             taus[prompt.category].append(spec.stats.mean_accept_length)
+            per_prompt.append({"category": prompt.category,
+                               "tau": round(spec.stats.mean_accept_length, 3)})
             spec_time, tokens = spec_time + spec.wall_s, tokens + len(spec.token_ids)
             if check_lossless or temperature == 0.0:
                 plain = generate_plain(target, ids, max_new_tokens, sampling, seed + i, stops)
                 plain_time, plain_tokens = plain_time + plain.wall_s, plain_tokens + len(plain.token_ids)
-                identical += plain.token_ids == spec.token_ids
+                same = plain.token_ids == spec.token_ids
+                identical += same
+                if temperature == 0.0:
+                    per_prompt[-1]["identical"] = same
         per_category = {c: round(sum(v) / len(v), 3) for c, v in sorted(taus.items())}
         all_taus = [t for v in taus.values() for t in v]
         row = {"tau": round(sum(all_taus) / len(all_taus), 3), "tau_per_category": per_category,
@@ -44,6 +50,7 @@ def evaluate_drafter(target, tokenizer, drafter, prompts: list[Prompt], *, max_n
             row["speedup"] = round(row["spec_tokens_per_s"] / row["plain_tokens_per_s"], 3)
             if temperature == 0.0:
                 row["identical_to_plain"] = f"{identical}/{len(prompts)}"
+        row["per_prompt"] = per_prompt
         report[f"T={temperature}"] = row
     return report
 
