@@ -27,7 +27,12 @@ from pathlib import Path
 
 import torch
 
-from dflash_plugin.draft_policy import DraftPolicy, PolicyMode, vllm_cpu_fp32_costs
+from dflash_plugin.draft_policy import (
+    DraftPolicy,
+    PolicyMode,
+    top1_probability,
+    vllm_cpu_fp32_costs,
+)
 from dflash_plugin.draft_vocab import load_drafter_for_target
 from dflash_plugin.features import FeatureCapture
 from dflash_plugin.generate import generate_plain
@@ -78,7 +83,7 @@ def trace_prompts(prompts_file: str, draft: str | None, max_new_tokens: int, out
                              batch.block_positions[None], torch.arange(ids.numel())[None],
                              attn_mask=batch.blockwise_mask)
             logits = drafter.draft_logits(hidden[0], head).float()
-            conf = logits.softmax(-1).amax(-1).view(-1, block)[:, 1:]
+            conf = top1_probability(logits).view(-1, block)[:, 1:]  # what the adapter reads
             match = ((drafter.to_target_ids(logits.argmax(-1)) == batch.labels)
                      & (batch.weights > 0)).view(-1, block)[:, 1:]
             f.write(json.dumps({"conf": [[round(x, 4) for x in row] for row in conf.tolist()],
