@@ -9,6 +9,9 @@ if [ -f "$STAMP" ]; then
     exit 0
 fi
 start=$(date +%s)
+# ~3.7 GB once installed; pip keeps no copy of the wheels it downloads (the CI disk can be small).
+scripts/check_free_disk.sh "$VENV:5"
+export PIP_NO_CACHE_DIR=${PIP_NO_CACHE_DIR:-1}
 PYTHON=${PYTHON:-python3.11}
 command -v "$PYTHON" >/dev/null || PYTHON=python3
 [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"

@@ -54,6 +54,11 @@ pip_install() {
     { "${PIP[@]}" "$@" 2>&1; } | { grep -v -E "^(ERROR: pip's dependency resolver|sglang [0-9.]+ requires|WARNING: Location )" || true; }
 }
 
+# ~6 GB once installed (~11 GB in full mode); pip keeps no copy of the wheels it downloads.
+if [[ $MODE == full ]]; then NEED_GB=13; else NEED_GB=7; fi
+"$ROOT/scripts/check_free_disk.sh" "$VENV:$NEED_GB"
+export PIP_NO_CACHE_DIR=${PIP_NO_CACHE_DIR:-1}
+
 if [[ ! -x $VENV/bin/python ]]; then
     step "creating $VENV with $PYTHON"
     if ! command -v "$PYTHON" >/dev/null; then
