@@ -32,8 +32,8 @@ test-sglang: setup-sglang
 	.venv-sglang/bin/python -m pytest -q -rs tests/sglang
 
 # The two environments install side by side (mostly downloads and unpacking), then the tests run.
-# Both at once need ~12 GB of disk: checked first, so a small disk fails at once, saying so.
+# Both at once need ~11 GB of disk: checked first, so a small disk fails at once, saying so.
 test:
-	@scripts/check_free_disk.sh .venv:5 .venv-sglang:7
+	@scripts/check_free_disk.sh .venv:4 .venv-sglang:7
 	@$(MAKE) --no-print-directory -j2 --output-sync=target setup setup-sglang
 	@$(MAKE) --no-print-directory test-core test-sglang

@@ -10,7 +10,7 @@ if [ -f "$STAMP" ]; then
 fi
 start=$(date +%s)
 # ~3.7 GB once installed; pip keeps no copy of the wheels it downloads (the CI disk can be small).
-scripts/check_free_disk.sh "$VENV:5"
+scripts/check_free_disk.sh "$VENV:4"
 export PIP_NO_CACHE_DIR=${PIP_NO_CACHE_DIR:-1}
 PYTHON=${PYTHON:-python3.11}
 command -v "$PYTHON" >/dev/null || PYTHON=python3
