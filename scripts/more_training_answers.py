@@ -18,7 +18,6 @@ import argparse
 import gzip
 import json
 import shutil
-import tempfile
 from pathlib import Path
 
 from dflash_plugin.target import resolve_target
@@ -47,18 +46,21 @@ def main():
     parser.add_argument("--target", default=None, help="default: the embedded SmolLM2-135M")
     parser.add_argument("--max-tokens", type=int, default=320)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--chunk", type=int, default=256, help="prompts answered per save")
     args = parser.parse_args()
 
     held_out = prompt_set.read_jsonl(args.data_dir / "eval_prompts.jsonl")
     used = answered_prompts(sorted(args.data_dir.glob("responses*.jsonl.gz")))
     new = prompt_set.more_prompts(args.per_category, used, held_out, seed=args.seed)
     print(f"{len(new)} new prompts ({len(used)} already answered)", flush=True)
-    with tempfile.TemporaryDirectory() as tmp:
-        answers = Path(tmp) / "responses.jsonl"
-        generate_responses(resolve_target(args.target), new, answers,
-                           max_tokens=args.max_tokens, seed=args.seed)
-        with answers.open("rb") as src, gzip.open(args.output, "wb") as dst:
-            shutil.copyfileobj(src, dst)
+    # Answers land in a partial file chunk by chunk: a run stopped (session end, Ctrl-C) and
+    # started again with the same arguments draws the same prompts and answers only the rest.
+    partial = args.output.with_name(args.output.name.removesuffix(".jsonl.gz") + ".partial.jsonl")
+    generate_responses(resolve_target(args.target), new, partial, max_tokens=args.max_tokens,
+                       seed=args.seed, chunk=args.chunk)
+    with partial.open("rb") as src, gzip.open(args.output, "wb") as dst:
+        shutil.copyfileobj(src, dst)
+    partial.unlink()
     print(f"wrote {args.output}")
 
 
