@@ -8,6 +8,9 @@ train_data/smollm2-135m/responses_extra*.jsonl.gz:
     .venv/bin/python scripts/more_training_answers.py --per-category 300 \\
         --output train_data/smollm2-135m/responses_extra1.jsonl.gz
 
+Answers are saved chunk by chunk next to the output (NAME.partial.jsonl); run the same command
+again after a stop and only the unanswered prompts are answered.
+
 Train on them: concatenate all answer files into a new work folder's responses.jsonl and run
 `dflash train --stages features,train --init-from LAST_EXPORT` there.
 """
