@@ -46,3 +46,21 @@ def test_policy_learns_to_stop_drafting_for_a_drafter_that_is_always_wrong():
     row = replay_script.replay(wrong, policy, 3, 0.5, 0.075)
     assert row["draft_pass_share"] < 0.5
     assert row["tokens_per_step"] == 1.0
+
+
+def test_block_acceptance_walks_each_prompt_by_its_accepted_runs():
+    # Prompt A, 6 positions: run 2 at 0 (to 3), run 0 at 3, run 1 at 4 (to 6): 3 steps.
+    # Prompt B, 4 positions: run 3 at 0 (to 4): 1 step.
+    a, b = _trace([2, 1, 0, 0, 1, 0]), _trace([3, 0, 0, 0])
+    summary = replay_script.block_acceptance([a, b])
+    assert summary["prompts"] == 2 and summary["drafts_per_step"] == 3
+    assert summary["tau_per_prompt"] == round((6 / 3 + 4 / 1) / 2, 3)
+    assert summary["tau_pooled"] == round(10 / 4, 3)
+    # first draft right at positions with run >= 1: 3 of A's 6, 1 of B's 4
+    assert summary["first_draft_accepted"] == round(4 / 10, 3)
+
+
+def test_block_acceptance_skips_prompts_with_nothing_drafted():
+    empty = {"conf": [], "match": []}
+    summary = replay_script.block_acceptance([empty, _trace([0, 0])])
+    assert summary["prompts"] == 1 and summary["tau_per_prompt"] == 1.0

@@ -1,6 +1,7 @@
 """Stage 4 of training: fit the drafter on stored target features.
 
-Random anchors per sequence, each starting a block; cross-entropy weighted exp(-(k-1)/gamma)
+Random anchors per sequence (uniform, or weighted towards where decoding starts blocks:
+`anchor_sampling`), each starting a block; cross-entropy weighted exp(-(k-1)/gamma)
 per block position (optionally mixed with a KL term towards the target's whole next-token
 distribution, renormalised over the draft vocabulary: `distill_weight`, not in the paper); the
 target's embedding and LM head are frozen and shared; AdamW with a
@@ -30,6 +31,11 @@ from dflash_plugin.draft_vocab import reduced_head, with_reduced_vocabulary
 from dflash_plugin.drafter import DFlashDraftModel
 from dflash_plugin.layout import default_gamma
 from dflash_plugin.train.batches import leading_matches, make_block_batch, sample_anchors
+from dflash_plugin.train.block_starts import (
+    block_start_weights,
+    first_draft_hits,
+    sample_weighted_anchors,
+)
 from dflash_plugin.train.deepen import deepen_drafter
 from dflash_plugin.train.feature_store import FeatureSource, FeatureStore, OnlineFeatures
 
@@ -62,6 +68,12 @@ class TrainConfig:
     distill_weight: float = 0.0
     # "bfloat16" (autocast) or "float32"; None: bf16 unless this CPU is known to lack native bf16.
     compute_dtype: str | None = None
+    # Where anchors fall: "uniform" over the answer (the paper), or "block-starts": weighted
+    # towards the positions where greedy decoding starts its blocks (train/block_starts.py).
+    anchor_sampling: str = "uniform"
+
+
+ANCHOR_SAMPLINGS = ("uniform", "block-starts")
 
 
 class TrainingPrecision:
@@ -188,6 +200,9 @@ class Trainer:
         self.out = Path(cfg.out_dir)
         self.out.mkdir(parents=True, exist_ok=True)
         self.store = features if features is not None else FeatureStore(cfg.store)
+        if cfg.anchor_sampling not in ANCHOR_SAMPLINGS:
+            raise ValueError(f"anchor sampling {cfg.anchor_sampling!r}: choose from "
+                             f"{', '.join(ANCHOR_SAMPLINGS)}")
         if not 0.0 <= cfg.distill_weight <= 1.0:
             raise ValueError(f"distill_weight {cfg.distill_weight} is outside [0, 1]")
         if cfg.distill_weight and not isinstance(self.store, OnlineFeatures):
@@ -243,14 +258,24 @@ class Trainer:
 
     def sequence_loss(self, seq) -> tuple[torch.Tensor, dict]:
         ids = torch.tensor(seq.input_ids)
-        anchors = sample_anchors(seq.prompt_len, seq.length, self.cfg.anchors_per_seq, self.generator)
-        batch = make_block_batch(ids, anchors, self.cfg.block_size, self.cfg.mask_token_id, self.gamma)
         if self.cfg.distill_weight:
             features, final_hidden = self.store.features_and_final_hidden(seq)
         else:
             features, final_hidden = self.store.features(seq), None
+        info = {}
         with self.precision.autocast():
             context = self.drafter.fuse_context(self.precision.inputs(features)[None])
+            if self.cfg.anchor_sampling == "block-starts":
+                hits = first_draft_hits(self.drafter, self.embed, self.target_head, ids,
+                                        context.detach(), seq.prompt_len)
+                anchors = sample_weighted_anchors(seq.prompt_len, block_start_weights(hits),
+                                                  self.cfg.anchors_per_seq, self.generator)
+                info["first_draft_hit"] = float(hits.float().mean())
+            else:
+                anchors = sample_anchors(seq.prompt_len, seq.length, self.cfg.anchors_per_seq,
+                                         self.generator)
+            batch = make_block_batch(ids, anchors, self.cfg.block_size, self.cfg.mask_token_id,
+                                     self.gamma)
             hidden = self.drafter(self.embed(batch.block_ids)[None], context,
                                   batch.block_positions[None], torch.arange(seq.length)[None],
                                   attn_mask=batch.blockwise_mask)
@@ -274,7 +299,8 @@ class Trainer:
         loss = (per_position * weights).sum() / weights.sum().clamp(min=1e-6)
         correct = (logits.argmax(-1) == labels) & (weights > 0)
         tau = 1 + leading_matches(correct, self.cfg.block_size).float().mean()
-        return loss, {"loss": float(loss.detach()), "tau": float(tau), "blocks": batch.num_blocks}
+        return loss, {"loss": float(loss.detach()), "tau": float(tau), "blocks": batch.num_blocks,
+                      **info}
 
     def _order(self, epoch: int) -> list[int]:
         g = torch.Generator().manual_seed(self.cfg.seed * 1000 + epoch)
@@ -305,6 +331,8 @@ class Trainer:
                    "loss": sum(m["loss"] for m in metrics) / len(metrics),
                    "train_tau": sum(m["tau"] for m in metrics) / len(metrics),
                    "elapsed_s": round(time.perf_counter() - began, 1)}
+            if "first_draft_hit" in metrics[0]:  # block-start anchors: the mining pass's rate
+                row["first_draft_hit"] = sum(m["first_draft_hit"] for m in metrics) / len(metrics)
             log.write(json.dumps(row) + "\n")
             log.flush()
             bar.set_postfix(loss=f"{row['loss']:.3f}", tau=f"{row['train_tau']:.2f}")
