@@ -199,9 +199,10 @@ class Drafting:
         self.stats_every = stats_every  # log StepCounts every this many steps (0: never)
         self.counts = StepCounts()
         self.confidence: torch.Tensor | None = None  # [rows] from the last compute_logits
-        # (bonus token, *drafts) of each request drafted last step -> the drafts' confidences.
+        # (bonus token, *drafts) of each request drafted last step -> the drafts' confidences
+        # (None where the policy reads none: they are still counted as accepted or not).
         # Rows move between steps; the verified tokens themselves identify the request.
-        self._pending: dict[tuple[int, ...], torch.Tensor] = {}
+        self._pending: dict[tuple[int, ...], torch.Tensor | None] = {}
         self._collecting = False  # inside the hooked draft pass
         self._step_started = 0.0
         self._last_step: _StepStart | None = None
@@ -255,13 +256,14 @@ class Drafting:
         confidences, accepted = [], []
         for i, num_rej in enumerate(rejected):
             key = tuple(ids[starts[i]:starts[i + 1]])
-            confidence = pending.get(key)
-            if confidence is not None:
-                confidences.append(confidence)
+            if key not in pending:
+                continue
+            self.counts.drafts_accepted += len(key) - 1 - num_rej
+            if pending[key] is not None:
+                confidences.append(pending[key])
                 accepted.append(len(key) - 1 - num_rej)
         if confidences:
             self.policy.observe(confidences, accepted)
-            self.counts.drafts_accepted += sum(accepted)
 
     def _count_step(self):
         self.counts.steps += 1
@@ -301,8 +303,9 @@ class Drafting:
         selected = []
         for i, (row, length) in enumerate(zip(rows, lengths)):
             selected.append(row[:length])
-            if length and confidence is not None:
-                self._pending[(bonus[i], *row[:length])] = confidence[i, :length]
+            if length:
+                self._pending[(bonus[i], *row[:length])] = (
+                    confidence[i, :length] if confidence is not None else None)
         self._step_handed_out(batch, sum(lengths), drafted=True)
         self.counts.draft_passes += 1
         self.counts.empty_passes += not any(lengths)

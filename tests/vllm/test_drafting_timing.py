@@ -139,6 +139,18 @@ def test_step_counts_are_logged_every_n_steps(caplog):
     assert drafting.counts.steps == 0
 
 
+def test_full_mode_counts_accepted_drafts_without_reading_confidences():
+    drafting = Drafting(DraftPolicy(PolicyMode.FULL, CPU_COSTS, BLOCK))
+    drafting.clock = FakeClock()
+    step(drafting, [1, 1])
+    selected = drafting.select(torch.tensor([[5, 6, 7, 8], [5, 6, 7, 8]]), torch.tensor([1, 2]))
+    assert selected == [[5, 6, 7, 8]] * 2
+    drafting.learn(torch.tensor([1, 5, 6, 7, 8, 2, 5, 6, 7, 8]), torch.tensor([0, 5, 10]),
+                   torch.tensor([4, 1]))
+    assert drafting.counts.drafts_accepted == 0 + 3  # nothing of the first, 3 of the second
+    assert drafting.policy.calibration.num_drafts_seen == 0  # no confidences: nothing learnt
+
+
 def test_stats_interval_from_the_environment(monkeypatch):
     from vllm_ext.drafting import STATS_EVERY_ENV, stats_every_from_env
 
