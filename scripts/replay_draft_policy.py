@@ -131,19 +131,25 @@ def replay(traces: list[dict], policy: DraftPolicy | None, num_drafts: int, draf
             "accepted_share": round(accepted / max(verified, 1), 3)}
 
 
+def walked_runs(match: torch.Tensor) -> list[int]:
+    """Greedy decoding that verifies every draft in `match` [positions, drafts]: the accepted
+    run of each step, each step starting after the previous one's run and bonus token."""
+    runs, position = [], 0
+    while position < match.shape[0]:
+        runs.append(int(torch.cumprod(match[position], 0).sum()))
+        position += 1 + runs[-1]
+    return runs
+
+
 def replay_oracle(traces: list[dict], num_drafts: int, draft_cost: float, verify_cost: float) -> dict:
     """The ceiling: a policy that knows the outcome drafts only where the first draft will be
     accepted and verifies exactly the drafts that will be."""
     tokens = seconds = steps = 0
     for trace in traces:
-        match = torch.tensor(trace["match"])[:, :num_drafts]
-        position = 0
-        while position < match.shape[0]:
-            run = int(torch.cumprod(match[position], 0).sum())
+        for run in walked_runs(torch.tensor(trace["match"])[:, :num_drafts]):
             steps += 1
             tokens += 1 + run
             seconds += 1.0 + (draft_cost + verify_cost * run if run else 0.0)
-            position += 1 + run
     return {"speedup": round(tokens / seconds, 3), "tokens_per_step": round(tokens / steps, 3)}
 
 
@@ -157,10 +163,7 @@ def block_acceptance(traces: list[dict]) -> dict:
             continue  # an answer of one token leaves no position to draft after
         drafts = match.shape[1]
         first_right, first_drafted = first_right + int(match[:, 0].sum()), first_drafted + len(match)
-        position = prompt_steps = 0
-        while position < len(match):
-            prompt_steps += 1
-            position += 1 + int(torch.cumprod(match[position], 0).sum())
+        prompt_steps = len(walked_runs(match))
         taus.append(len(match) / prompt_steps)
         tokens, steps = tokens + len(match), steps + prompt_steps
     if not taus:
