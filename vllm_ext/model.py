@@ -1,11 +1,14 @@
 """The drafter class vLLM builds for `DFlashDraftModel` checkpoints when the plugin is loaded.
 
 It is vLLM's own DFlash drafter (the V1 proposer asserts that class, and it already runs the
-drafting math on vLLM's paged KV cache and attention backends) plus three things:
+drafting math on vLLM's paged KV cache and attention backends) plus four things:
 - at construction, the draft/target pair is checked with the core's rules, so a drafter that
   does not fit the target fails at start-up with a message naming the mismatch;
 - it carries the load-aware drafting state (`dflash_drafting`) and installs the proposer hook
   that applies it (vllm_ext.patches);
+- its inner model normalises each draft layer's context keys with that layer's own `k_norm`
+  weight on every platform (vllm_ext.context_norm: vLLM-CPU's grouped kernel applies layer 0's
+  to all of them);
 - `compute_logits` / `get_top_tokens` record each draft position's top-1 probability for that
   policy, and, when the checkpoint carries its training vocabulary (`draft_vocab.json`),
   multiply by only those rows of the shared LM head (dflash_plugin.draft_vocab); greedy drafts
@@ -21,13 +24,14 @@ from dataclasses import dataclass
 
 import torch
 from vllm.config import VllmConfig
-from vllm.model_executor.models.qwen3_dflash import DFlashQwen3ForCausalLM
+from vllm.model_executor.models.qwen3_dflash import DFlashQwen3ForCausalLM, DFlashQwen3Model
 from vllm.platforms import current_platform
 
 from dflash_plugin.draft_policy import DraftPolicy, top1_probability
 from dflash_plugin.draft_vocab import draft_vocab_logits, read_draft_vocab, to_full_vocabulary
 from dflash_plugin.pair_check import (DrafterShape, TargetShape, check_pair_shapes,
                                        drafter_shape)
+from vllm_ext.context_norm import grouped_rms_norm_works, rms_norm_per_layer
 from vllm_ext.context_store import DeferredContext
 from vllm_ext.drafting import (
     Drafting,
@@ -86,9 +90,24 @@ class DraftHead:
     matmul: Callable[[torch.Tensor], torch.Tensor] | None  # prepacked x @ rows.T, or None
 
 
+class DFlashVllmDraftModel(DFlashQwen3Model):
+    """vLLM's DFlash draft model, its context keys normalised layer by layer where vLLM's
+    grouped rms_norm kernel would give every layer layer 0's weight (vllm_ext.context_norm)."""
+
+    def _normalize_context_k(self, all_k: torch.Tensor) -> torch.Tensor:
+        if grouped_rms_norm_works(all_k.device, all_k.dtype):
+            return super()._normalize_context_k(all_k)
+        return rms_norm_per_layer(all_k, self._k_norm_weights, self._rms_norm_eps)
+
+
 class DFlashVllmDrafter(DFlashQwen3ForCausalLM):
+    model_cls = DFlashVllmDraftModel
+
     def __init__(self, *, vllm_config: VllmConfig, prefix: str = ""):
         check_pair_shapes(*pair_shapes(vllm_config))
+        if not hasattr(DFlashQwen3Model, "_normalize_context_k"):
+            logger.warning("dflash plugin: this vLLM's DFlashQwen3Model has no "
+                           "_normalize_context_k; context keys are normalised as vLLM does")
         super().__init__(vllm_config=vllm_config, prefix=prefix)
         spec = vllm_config.speculative_config
         block = getattr(self.config, "block_size", None)

@@ -36,6 +36,10 @@ PROMPTS = [f"{opening} {topic}" for opening, topic in zip(
      "a busy market.", "coffee?", "the ocean.", "autumn leaves.", "honeybees.", "gravity?",
      "a dragon who bakes.", "saving money.", "a mountain village.", "board games?"])]
 SINGLE_PROMPTS = PROMPTS[:8]
+# A held-out prompt (real chat text, so drafts pass and blocks start all over the answer) whose
+# served draft blocks are compared with the reference path's.
+DRAFT_CHECK_PROMPT = Path(__file__).parents[2] / "train_data/smollm2-135m/eval_prompts_18.jsonl"
+DRAFT_CHECK_TOKENS = 64
 
 
 def shipped_drafter() -> Path | None:
@@ -220,6 +224,23 @@ def worker_calls():
                 draft_head_check=draft_head_check)
 
 
+def served_draft_blocks(llm, calls) -> dict:
+    """Full blocks on one held-out chat prompt, one request, every draft pass logged."""
+    from vllm import SamplingParams
+
+    from dflash_plugin.prompt_io import encode_chat, read_prompts_file
+
+    question = read_prompts_file(DRAFT_CHECK_PROMPT)[0]["turns"][0]
+    prompt = encode_chat(llm.get_tokenizer(), [{"role": "user", "content": question}])
+    llm.collective_rpc(calls["set_policy"], args=("full",))
+    llm.collective_rpc(calls["record_drafts"], args=(1, True, True))
+    out = llm.generate([{"prompt_token_ids": prompt}],
+                       SamplingParams(temperature=0.0, max_tokens=DRAFT_CHECK_TOKENS),
+                       use_tqdm=False)[0]
+    drafts = [rows[0] for rows in llm.collective_rpc(calls["draft_log"])[0]["drafts"]]
+    return dict(prompt=prompt, answer=list(out.outputs[0].token_ids), drafts=drafts)
+
+
 @pytest.fixture(scope="module")
 def runs(target_path, random_drafter):
     calls = worker_calls()
@@ -257,6 +278,7 @@ def runs(target_path, random_drafter):
         results["adaptive_timed_steps"] = llm.collective_rpc(calls["timed_steps"])[0]
         results["plugin_top_tokens"] = llm.collective_rpc(calls["drafts_via_top_tokens"])[0]
         results["bundled_rpcs"] = llm.collective_rpc(calls["bundled_rpcs"])[0]
+        results["draft_check"] = served_draft_blocks(llm, calls)
     with environment(VLLM_PLUGINS="", VLLM_ALLOW_INSECURE_SERIALIZATION="1"), \
             engine(target_path, drafter) as llm:
         results["native_class"] = llm.collective_rpc(calls["drafter_class"])[0]
@@ -407,3 +429,53 @@ def test_skipped_steps_context_is_written_in_one_batch_per_draft_pass(runs):
 def test_trained_drafter_gets_drafts_accepted(runs):
     assert runs["full_counts"]["num_draft_tokens"] > 0
     assert runs["full_counts"]["num_accepted_tokens"] > 0
+
+
+def _accepted_run(drafts, truth):
+    run = 0
+    while run < min(len(drafts), len(truth)) and drafts[run] == truth[run]:
+        run += 1
+    return run
+
+
+def test_served_drafts_equal_the_reference_paths(runs, smollm_f32):
+    """vLLM's draft pass computes what the core's drafter computes: wherever the served
+    decoding drafted, the reference path (Hugging Face target, dflash_plugin's drafter, float32,
+    a block of K + 1 positions as vLLM drafts) drafts the same K tokens. vLLM-CPU's own kernel
+    gave every draft layer layer 0's k_norm for its context keys (vllm_ext.context_norm); with
+    it, 5% of served 16-position blocks on held-out prompts equalled the reference's."""
+    import torch
+
+    from dflash_plugin.draft_vocab import load_drafter_for_target
+    from dflash_plugin.generate import SpecDecoder
+    from dflash_plugin.sampling import SamplingParams
+
+    check = runs["draft_check"]
+    prompt, answer = check["prompt"], check["answer"]
+    served, at = {}, 0  # answer index of each pass's bonus token -> its drafts
+    for drafts in check["drafts"]:
+        if at >= len(answer) - 1:
+            break
+        served[at] = drafts
+        at += 1 + _accepted_run(drafts, answer[at + 1:])
+
+    target = smollm_f32[0]
+    decoder = SpecDecoder(target, load_drafter_for_target(target, shipped_drafter(),
+                                                          torch.float32), block_size=K + 1)
+    reference, draft = {}, decoder.draft
+
+    def recording_draft(bonus, start, *args, **kwargs):
+        drafts = draft(bonus, start, *args, **kwargs)
+        reference[start - len(prompt)] = drafts.tolist()
+        return drafts
+
+    decoder.draft = recording_draft
+    # Extra tokens so that the reference drafts whole blocks up to the served answer's end.
+    result = decoder.generate(torch.tensor([prompt]), len(answer) + K + 1,
+                              SamplingParams(temperature=0.0))
+    assert result.token_ids[:len(answer)] == answer
+    common = sorted(set(served) & set(reference))
+    assert len(common) >= 0.8 * len(served) and len(served) >= 10, (len(served), len(common))
+    same = sum(served[i] == reference[i] for i in common)
+    assert same >= 0.9 * len(common), [(i, served[i], reference[i]) for i in common
+                                       if served[i] != reference[i]]
