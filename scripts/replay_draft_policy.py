@@ -4,8 +4,9 @@ could give, without a server.
 Step 1, tracing (slow: runs the target and the drafter; skipped when --trace exists): for each
 prompt, the target's greedy answer, then ONE teacher-forced drafter pass that drafts a block at
 every answer position, as serving would draft there (same bonus token, same target features as
-context). Kept per position: the drafts' top-1 probabilities and which drafts equal the target's
-next tokens.
+context; a block of --trace-block positions: give the served --draft-positions to see exactly
+the served drafts, which vLLM drafts in blocks of that many positions). Kept per position: the
+drafts' top-1 probabilities and which drafts equal the target's next tokens.
 
 Step 2, replaying (fast): DraftPolicy decides step by step, as in the vLLM adapter, whether to run
 the draft pass and how many drafts to verify. Greedy decoding emits the same tokens whatever is
@@ -55,6 +56,11 @@ def parse_args():
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--draft-positions", type=int, default=4,
                    help="positions per draft pass, bonus token included (vLLM-CPU float32: 4)")
+    p.add_argument("--trace-block", type=int,
+                   help="positions of each traced drafter pass (default: the drafter's block). "
+                        "vLLM drafts blocks of --draft-positions positions, and a shorter block "
+                        "drafts other tokens (the drafter was trained on whole blocks): pass the "
+                        "same number to replay what serving drafts")
     p.add_argument("--true-costs", default="draft=0.5,verify=0.075",
                    help="a draft pass and each verified draft, in plain steps (default: the AVX2 "
                         "EPYC's float32 step costs at batch 1 with P=4, docs/bench/overhead/"
@@ -64,13 +70,16 @@ def parse_args():
 
 
 @torch.inference_mode()
-def trace_prompts(prompts_file: str, draft: str | None, max_new_tokens: int, out: Path):
-    """One line per prompt: conf [answer positions, drafts] and match (0/1), same shape."""
+def trace_prompts(prompts_file: str, draft: str | None, max_new_tokens: int, out: Path,
+                  trace_block: int | None):
+    """One line per prompt: conf [answer positions, drafts] and match (0/1), same shape, and
+    the block (positions per drafter pass) they were drafted with."""
     target, tokenizer = load_target(None, dtype=torch.float32)
     drafter = load_drafter_for_target(target, draft, torch.float32).eval()
     stops = stop_token_ids(tokenizer, getattr(target, "generation_config", None))
     capture = FeatureCapture(target, list(drafter.config.dflash_config["target_layer_ids"]))
-    embed, head, block = target.get_input_embeddings(), target.get_output_embeddings(), drafter.block_size
+    embed, head = target.get_input_embeddings(), target.get_output_embeddings()
+    block = trace_block or drafter.block_size
     with out.open("w") as f:
         for index, record in enumerate(read_prompts_file(prompts_file)):
             prompt = encode_chat(tokenizer, [{"role": "user", "content": record["turns"][0]}])
@@ -90,7 +99,8 @@ def trace_prompts(prompts_file: str, draft: str | None, max_new_tokens: int, out
             conf = top1_probability(logits).view(-1, block)[:, 1:]  # what the adapter reads
             match = ((drafter.to_target_ids(logits.argmax(-1)) == batch.labels)
                      & (batch.weights > 0)).view(-1, block)[:, 1:]
-            f.write(json.dumps({"conf": [[round(x, 4) for x in row] for row in conf.tolist()],
+            f.write(json.dumps({"block": block,
+                                "conf": [[round(x, 4) for x in row] for row in conf.tolist()],
                                 "match": match.int().tolist()}) + "\n")
             print(f"traced {index + 1}: {len(answer)} tokens", flush=True)
 
@@ -178,8 +188,13 @@ def main():
     args = parse_args()
     trace_file = Path(args.trace)
     if not trace_file.is_file():
-        trace_prompts(args.prompts_file, args.draft, args.max_new_tokens, trace_file)
+        trace_prompts(args.prompts_file, args.draft, args.max_new_tokens, trace_file,
+                      args.trace_block)
     traces = [json.loads(line) for line in trace_file.open()]
+    blocks = {t.get("block") for t in traces}  # None: traced before blocks were recorded (16)
+    if args.trace_block and blocks != {args.trace_block}:
+        raise SystemExit(f"{trace_file} was traced with blocks {blocks}, not --trace-block "
+                         f"{args.trace_block}: give another --trace path")
     costs = dict(item.split("=") for item in args.true_costs.split(","))
     draft_cost, verify_cost = float(costs["draft"]), float(costs["verify"])
     drafts = args.draft_positions - 1
@@ -204,7 +219,8 @@ def main():
     print(f"whole traced block, teacher-forced: {whole_block}")
     with open(args.output, "w") as f:
         json.dump({"prompts_file": args.prompts_file, "traces": len(traces),
-                   "draft_positions": args.draft_positions, "true_costs": args.true_costs,
+                   "draft_positions": args.draft_positions, "trace_block": blocks.pop(),
+                   "true_costs": args.true_costs,
                    "preset": vars(preset), "rows": rows, "whole_block": whole_block}, f, indent=1)
 
 
