@@ -116,7 +116,7 @@ def reference_blocks(target, drafter, capture, prompt: list[int], answer: list[i
     (bonus = answer[i]), teacher-forced on prompt + answer: [len(starts), block - 1] target ids."""
     import torch
 
-    from dflash_plugin.train.batches import make_block_batch
+    from dflash_plugin.train.batches import draft_block_batch, make_block_batch
 
     ids = torch.tensor(prompt + answer)
     with capture.active():
@@ -125,10 +125,8 @@ def reference_blocks(target, drafter, capture, prompt: list[int], answer: list[i
     embed, head = target.get_input_embeddings(), target.get_output_embeddings()
     anchors = torch.tensor([len(prompt) + i for i in starts])
     batch = make_block_batch(ids, anchors, block, drafter.mask_token_id, gamma=4.0)
-    hidden = drafter(embed(batch.block_ids)[None], drafter.fuse_context(features[None]),
-                     batch.block_positions[None], torch.arange(ids.numel())[None],
-                     attn_mask=batch.blockwise_mask)
-    logits = drafter.draft_logits(hidden[0], head).float()
+    hidden = draft_block_batch(drafter, embed, batch, drafter.fuse_context(features[None]))
+    logits = drafter.draft_logits(hidden, head).float()
     return drafter.to_target_ids(logits.argmax(-1)).view(-1, block)[:, 1:].tolist()
 
 
@@ -196,8 +194,9 @@ def compare(args, served_path: Path) -> dict:
                            "served_tau": round(sum(1 + r for r in served_runs) / max(len(starts), 1), 3),
                            "reference_tau_same_starts": round(
                                sum(1 + r for r in ref_runs) / max(len(starts), 1), 3),
-                           "first_block_diff": next((i for i, (s, (_, row)) in
-                                                     enumerate(zip(ref, passes)) if s != row), None)})
+                           "first_block_diff": next((i for i, (ref_row, (_, row)) in
+                                                     enumerate(zip(ref, passes))
+                                                     if ref_row != row), None)})
         print(json.dumps(per_prompt[-1]), flush=True)
     n = max(totals["passes"], 1)
     return {"prompts": totals["prompts"], "passes": totals["passes"],

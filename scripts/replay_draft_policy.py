@@ -44,7 +44,7 @@ from dflash_plugin.generate import generate_plain
 from dflash_plugin.prompt_io import encode_chat, read_prompts_file, stop_token_ids
 from dflash_plugin.sampling import SamplingParams
 from dflash_plugin.target import load_target
-from dflash_plugin.train.batches import make_block_batch
+from dflash_plugin.train.batches import draft_block_batch, make_block_batch
 
 
 def parse_args():
@@ -92,10 +92,8 @@ def trace_prompts(prompts_file: str, draft: str | None, max_new_tokens: int, out
             # Every answer token but the last is a bonus token some step could draft after.
             batch = make_block_batch(ids, torch.arange(len(prompt), ids.numel() - 1), block,
                                      drafter.mask_token_id, gamma=4.0)
-            hidden = drafter(embed(batch.block_ids)[None], drafter.fuse_context(features[None]),
-                             batch.block_positions[None], torch.arange(ids.numel())[None],
-                             attn_mask=batch.blockwise_mask)
-            logits = drafter.draft_logits(hidden[0], head).float()
+            hidden = draft_block_batch(drafter, embed, batch, drafter.fuse_context(features[None]))
+            logits = drafter.draft_logits(hidden, head).float()
             conf = top1_probability(logits).view(-1, block)[:, 1:]  # what the adapter reads
             match = ((drafter.to_target_ids(logits.argmax(-1)) == batch.labels)
                      & (batch.weights > 0)).view(-1, block)[:, 1:]

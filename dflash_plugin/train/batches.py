@@ -65,6 +65,14 @@ def make_block_batch(input_ids: torch.Tensor, anchors: torch.Tensor, block_size:
                       anchors.numel())
 
 
+def draft_block_batch(drafter, embed, batch: BlockBatch, context: torch.Tensor) -> torch.Tensor:
+    """The drafter's hidden states [N*B, H] for every block of `batch` in one pass: each block
+    sees the fused target `context` [1, S, H] before its anchor and all of itself, as decoding
+    would see it there."""
+    return drafter(embed(batch.block_ids)[None], context, batch.block_positions[None],
+                   torch.arange(batch.context_len)[None], attn_mask=batch.blockwise_mask)[0]
+
+
 def leading_matches(correct: torch.Tensor, block_size: int) -> torch.Tensor:
     """Per block, how many drafted positions (1..B-1) are right before the first miss:
     under teacher forcing on the target's own greedy output this is the accepted length - 1."""

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import torch
 
-from dflash_plugin.train.batches import make_block_batch
+from dflash_plugin.train.batches import draft_block_batch, make_block_batch
 
 # P(decoding starts a block at t | the first draft from t-1 equals the token at t), round 11's
 # drafter on 54 held-out prompts; a wrong first draft gives ~0.96, taken as 1.
@@ -35,10 +35,8 @@ def first_drafts(drafter, embed, target_head, input_ids: torch.Tensor, context: 
     masks), so this estimates the full block's first draft at an eighth of its cost."""
     anchors = torch.arange(prompt_len, input_ids.numel() - 1)
     batch = make_block_batch(input_ids, anchors, 2, drafter.mask_token_id, gamma=1.0)
-    hidden = drafter(embed(batch.block_ids)[None], context,
-                     batch.block_positions[None], torch.arange(input_ids.numel())[None],
-                     attn_mask=batch.blockwise_mask)
-    return drafter.to_target_ids(drafter.draft_logits(hidden[0, 1::2], target_head).argmax(-1))
+    hidden = draft_block_batch(drafter, embed, batch, context)
+    return drafter.to_target_ids(drafter.draft_logits(hidden[1::2], target_head).argmax(-1))
 
 
 def first_draft_hits(drafter, embed, target_head, input_ids: torch.Tensor, context: torch.Tensor,

@@ -30,7 +30,8 @@ from dflash_plugin.cpu_features import default_cpu_dtype
 from dflash_plugin.draft_vocab import reduced_head, with_reduced_vocabulary
 from dflash_plugin.drafter import DFlashDraftModel
 from dflash_plugin.layout import default_gamma
-from dflash_plugin.train.batches import leading_matches, make_block_batch, sample_anchors
+from dflash_plugin.train.batches import (draft_block_batch, leading_matches, make_block_batch,
+                                         sample_anchors)
 from dflash_plugin.train.block_starts import (
     block_start_weights,
     first_draft_hits,
@@ -276,10 +277,8 @@ class Trainer:
                                          self.generator)
             batch = make_block_batch(ids, anchors, self.cfg.block_size, self.cfg.mask_token_id,
                                      self.gamma)
-            hidden = self.drafter(self.embed(batch.block_ids)[None], context,
-                                  batch.block_positions[None], torch.arange(seq.length)[None],
-                                  attn_mask=batch.blockwise_mask)
-            logits = self.drafter.draft_logits(hidden[0], self.target_head).float()
+            hidden = draft_block_batch(self.drafter, self.embed, batch, context)
+            logits = self.drafter.draft_logits(hidden, self.target_head).float()
         labels, weights = batch.labels, batch.weights
         if self.drafter.d2t is not None:  # labels outside the draft vocabulary cannot be learned
             draft_ids = torch.arange(self.drafter.d2t.numel())
