@@ -31,6 +31,10 @@ def parse_args(argv=None):
     parser.add_argument("--k", type=int, default=15, help="num_speculative_tokens")
     parser.add_argument("--batches", default="1,4,16,32")
     parser.add_argument("--tokens", type=int, default=64, help="new tokens per request")
+    parser.add_argument("--prompts-file",
+                        help="chat prompts (JSONL, `turns`) instead of the synthetic ones: "
+                             "answered in groups of each batch size, up to --tokens or EOS, so "
+                             "steps draft and accept what serving these prompts would")
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--eager", action="store_true", help="no torch.compile")
@@ -39,6 +43,9 @@ def parse_args(argv=None):
     parser.add_argument("--spec-extra", type=json.loads, default={},
                         help='more speculative_config fields as JSON, e.g. '
                              '\'{"disable_padded_drafter_batch": true}\'')
+    parser.add_argument("--engine-args", type=json.loads, default={},
+                        help='engine arguments over the defaults, as JSON, e.g. '
+                             '\'{"max_model_len": 8192, "max_num_seqs": 256}\' (as a server)')
     parser.add_argument("--out", default="measure_vllm_dflash.jsonl")
     return parser.parse_args(argv)
 
@@ -70,6 +77,16 @@ def spec_counters(llm) -> dict[str, float]:
             if m.name.startswith("vllm:spec_decode_num") and hasattr(m, "value")}
 
 
+def load_prompts(args, tokenizer) -> list:
+    if not args.prompts_file:
+        return [f"Question {i}: describe, step by step, how a {w} works."
+                for i, w in enumerate(["bicycle", "clock", "compiler", "kettle"] * 8)]
+    from dflash_plugin.prompt_io import encode_chat, read_prompts_file
+
+    return [{"prompt_token_ids": encode_chat(tokenizer, [{"role": "user", "content": turn}])}
+            for turn in (r["turns"][0] for r in read_prompts_file(args.prompts_file))]
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     configure_env(args)
@@ -83,6 +100,7 @@ def main(argv=None) -> int:
                          enforce_eager=args.eager)
     if args.executor:
         engine_kwargs["distributed_executor_backend"] = args.executor
+    engine_kwargs.update(args.engine_args)
     if args.mode != "none":
         if not args.draft:
             sys.exit("--draft is required for plugin / native")
@@ -92,15 +110,18 @@ def main(argv=None) -> int:
     began = time.perf_counter()
     llm = LLM(**engine_kwargs)
     startup = time.perf_counter() - began
-    prompts = [f"Question {i}: describe, step by step, how a {w} works."
-               for i, w in enumerate(["bicycle", "clock", "compiler", "kettle"] * 8)]
-    params = SamplingParams(temperature=0.0, max_tokens=args.tokens, ignore_eos=True)
+    prompts = load_prompts(args, llm.get_tokenizer())
+    params = SamplingParams(temperature=0.0, max_tokens=args.tokens,
+                            ignore_eos=not args.prompts_file)
     llm.generate(prompts[:2], params, use_tqdm=False)  # warm-up
     for _ in range(args.repeats):
         for batch in (int(b) for b in args.batches.split(",")):
             before, cpu_before = spec_counters(llm), engine_cpu_seconds()
             began = time.perf_counter()
-            outputs = llm.generate(prompts[:batch], params, use_tqdm=False)
+            # Synthetic prompts: one batch. A prompts file: all of it, `batch` at a time.
+            groups = ([prompts[i:i + batch] for i in range(0, len(prompts), batch)]
+                      if args.prompts_file else [prompts[:batch]])
+            outputs = [o for g in groups for o in llm.generate(g, params, use_tqdm=False)]
             wall = time.perf_counter() - began
             cpu_after = engine_cpu_seconds()
             cpu = sum(cpu_after.values()) - sum(cpu_before.values())
@@ -111,6 +132,7 @@ def main(argv=None) -> int:
             row = dict(mode=args.mode, policy=args.policy if args.mode == "plugin" else None,
                        draft=args.draft if args.mode != "none" else None,
                        eager=args.eager, executor=args.executor,
+                       prompts_file=args.prompts_file, engine_args=args.engine_args or None,
                        k=args.k, spec_extra=args.spec_extra or None, batch=batch,
                        tokens=tokens, wall_s=round(wall, 3),
                        cpu_s=round(cpu, 3), tok_per_s=round(tokens / wall, 2),

@@ -353,7 +353,8 @@ def _row(algorithm: str, concurrency: int, samples: list[_Sample],
     if opts is not None and opts.speculative_draft_model_path is not None:
         row["draft_model"] = opts.speculative_draft_model_path
     if opts is not None and opts.speculative_num_draft_tokens is not None:
-        row["num_draft_tokens"] = opts.speculative_num_draft_tokens
+        # Not "num_draft_tokens": that is vLLM's counter of drafted tokens, set above.
+        row["speculative_num_draft_tokens"] = opts.speculative_num_draft_tokens
     if len(walls) > 1:
         row["repeats"] = len(walls)
         row["output_tokens_per_s_runs"] = bench.per_run_rates(results, walls)

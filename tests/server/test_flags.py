@@ -339,6 +339,20 @@ def test_bench_rows_name_the_drafter_they_measured():
     assert "draft_model" not in _row("none", 1, [sample], ServeOptions())
 
 
+def test_bench_row_keeps_the_drafted_token_count_beside_the_block_setting():
+    from dflash_plugin.commands.bench import _row, _Sample
+    from dflash_plugin.serving.bench import SPEC_COUNTERS
+    from dflash_plugin.serving.flags import ServeOptions
+    counted = {"vllm:spec_decode_num_drafts": 40.0, "vllm:spec_decode_num_draft_tokens": 110.0,
+               "vllm:spec_decode_num_accepted_tokens": 60.0}
+    assert set(counted) == set(SPEC_COUNTERS)
+    row = _row("dflash", 1, [_Sample(results=[], walls=[1.0], counted=counted)],
+               ServeOptions(speculative_draft_model_path="/d", speculative_num_draft_tokens=4))
+    assert (row["num_drafts"], row["num_draft_tokens"], row["num_accepted_tokens"]) == (40, 110, 60)
+    assert row["speculative_num_draft_tokens"] == 4
+    assert row["accept_length"] == 2.5
+
+
 def test_bench_row_with_its_own_drafter_is_checked_before_any_server(tmp_path, random_drafter,
                                                                      capsys):
     (tmp_path / "config.json").write_text("{}")  # a target folder; no server gets that far
