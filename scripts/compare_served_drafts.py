@@ -1,10 +1,10 @@
 """Served drafts against the reference path's, token by token, on the same answer text.
 
 Served, the vLLM adapter's full-block drafts are accepted less often than the reference path's
-teacher-forced drafts (README, session 27). Two causes are possible, and this script separates
-them: vLLM's greedy answer may differ from Hugging Face's at near-ties (other text, other
-acceptance), or vLLM's drafter may draft differently from the reference drafter given the same
-context (a fault in the served drafting).
+teacher-forced drafts (docs/benchmark-history.md, session 27). Two causes are possible, and
+this script separates them: vLLM's greedy answer may differ from Hugging Face's at near-ties
+(other text, other acceptance), or vLLM's drafter may draft differently from the reference
+drafter given the same context (a fault in the served drafting).
 
 Phase 1 (`served`, run in its own process): vLLM offline, in-process engine, this plugin with
 DFLASH_DRAFT_POLICY=full (or, with --native, vLLM's own DFlash: the plugin excluded through

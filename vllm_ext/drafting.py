@@ -12,8 +12,8 @@ Environment (read in the worker when the drafter is built):
                         is measured slower than plain decoding (rate_guard.py). "on" compares
                         single drafted and plain steps (RateGuard); "window" compares windows of
                         32 steps with drafting on and off, as wholes (WindowGuard). Off, the cost
-                        model alone decides, reproducible from run to run (the README's vLLM
-                        benchmark says why off is the default)
+                        model alone decides, reproducible from run to run (docs/benchmark-history.md
+                        says why off is the default)
   DFLASH_COST_FIT     = off (default) | on: re-fit the cost model from the timed steps, starting
                         from the preset (step_costs.py); experimental, not shown to help yet
   DFLASH_DRAFT_VOCAB  = auto (default) | full: with "auto", a drafter folder that carries its
