@@ -41,6 +41,14 @@ def greedy_accept(draft_tokens: torch.Tensor, target_tokens: torch.Tensor) -> Ve
     return Verdict(list(range(1, n + 1)), draft_tokens[:n].tolist(), int(target_tokens[n]))
 
 
+def matching_prefix_length(drafts: list[int], truth: list[int]) -> int:
+    """How many leading drafts equal the true tokens: what greedy verification accepts."""
+    run = 0
+    while run < min(len(drafts), len(truth)) and drafts[run] == truth[run]:
+        run += 1
+    return run
+
+
 def walk_tree(children: list[dict[int, int]], target_tokens: torch.Tensor) -> Verdict:
     """Follow the target's choices through a draft tree.
 

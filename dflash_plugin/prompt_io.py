@@ -41,6 +41,11 @@ def encode_chat(tokenizer, messages: list[dict]) -> list[int]:
     return tokenizer("\n".join(m["content"] for m in messages))["input_ids"]
 
 
+def encode_user_turn(tokenizer, text: str) -> list[int]:
+    """Prompt ids for a single user message (a prompt file's first turn, a benchmark prompt)."""
+    return encode_chat(tokenizer, [{"role": "user", "content": text}])
+
+
 def stop_token_ids(tokenizer, generation_config=None) -> set[int]:
     """EOS ids of the tokenizer and the model's generation config."""
     ids = set()

@@ -23,7 +23,7 @@ from transformers import DynamicCache
 from dflash_plugin import kv_cache
 from dflash_plugin.draft_vocab import load_drafter_for_target
 from dflash_plugin.generate import SpecDecoder, generate_plain
-from dflash_plugin.prompt_io import encode_chat, read_prompts_file, stop_token_ids
+from dflash_plugin.prompt_io import encode_user_turn, read_prompts_file, stop_token_ids
 from dflash_plugin.sampling import SamplingParams
 from dflash_plugin.target import TORCH_DTYPES, load_target
 from dflash_plugin.tree import build_tree, top_candidates
@@ -164,7 +164,7 @@ def main():
     out.parent.mkdir(parents=True, exist_ok=True)
     if not args.verify_only:
         stops = stop_token_ids(tokenizer, getattr(target, "generation_config", None))
-        prompts = [torch.tensor([encode_chat(tokenizer, [{"role": "user", "content": r["turns"][0]}])])
+        prompts = [torch.tensor([encode_user_turn(tokenizer, r["turns"][0])])
                    for r in read_prompts_file(args.prompts_file)]
         report.update(num_prompts=len(prompts),
                       runs=compare_methods(target, drafter, prompts, budgets, args, stops))

@@ -22,7 +22,7 @@ import torch
 from dflash_plugin.adaptive_decode import AdaptiveSpecDecoder
 from dflash_plugin.draft_vocab import load_drafter_for_target
 from dflash_plugin.generate import SpecDecoder, generate_plain
-from dflash_plugin.prompt_io import encode_chat, read_prompts_file, stop_token_ids
+from dflash_plugin.prompt_io import encode_user_turn, read_prompts_file, stop_token_ids
 from dflash_plugin.sampling import SamplingParams
 from dflash_plugin.target import TORCH_DTYPES, load_target
 
@@ -70,13 +70,13 @@ def main():
     decoders = build_variants(names, target, drafter, args.fixed_n)
     totals = {n: {"tokens": 0, "seconds": 0.0, "passes": 0, "identical": 0} for n in names}
     records = read_prompts_file(args.prompts_file)
-    warm_up = torch.tensor([encode_chat(tokenizer, [{"role": "user", "content": "Hello!"}])])
+    warm_up = torch.tensor([encode_user_turn(tokenizer, "Hello!")])
     for decoder in decoders.values():  # first calls pay one-off costs (allocations, kernels)
         if decoder is not None:
             decoder.generate(warm_up, 8, SamplingParams(), 0, stops)
     generate_plain(target, warm_up, 8, SamplingParams(), 0, stops)
     for index, record in enumerate(records):
-        ids = torch.tensor([encode_chat(tokenizer, [{"role": "user", "content": record["turns"][0]}])])
+        ids = torch.tensor([encode_user_turn(tokenizer, record["turns"][0])])
         order = names[index % len(names):] + names[:index % len(names)]
         outputs = {}
         for name in order:

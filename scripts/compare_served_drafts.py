@@ -46,12 +46,12 @@ def parse_args(argv=None):
 
 
 def load_prompts(args, tokenizer) -> list[list[int]]:
-    from dflash_plugin.prompt_io import encode_chat, read_prompts_file
+    from dflash_plugin.prompt_io import encode_user_turn, read_prompts_file
 
     records = read_prompts_file(args.prompts_file)
     if args.limit:
         records = records[:args.limit]
-    return [encode_chat(tokenizer, [{"role": "user", "content": r["turns"][0]}]) for r in records]
+    return [encode_user_turn(tokenizer, r["turns"][0]) for r in records]
 
 
 def run_served(args, served_path: Path):
@@ -130,18 +130,10 @@ def reference_blocks(target, drafter, capture, prompt: list[int], answer: list[i
     return drafter.to_target_ids(logits.argmax(-1)).view(-1, block)[:, 1:].tolist()
 
 
-def run_length(drafts: list[int], truth: list[int]) -> int:
-    run = 0
-    for d, t in zip(drafts, truth):
-        if d != t:
-            break
-        run += 1
-    return run
-
-
 def compare(args, served_path: Path) -> dict:
     import torch
 
+    from dflash_plugin.acceptance import matching_prefix_length
     from dflash_plugin.draft_vocab import load_drafter_for_target
     from dflash_plugin.features import FeatureCapture
     from dflash_plugin.generate import generate_plain
@@ -173,15 +165,15 @@ def compare(args, served_path: Path) -> dict:
                 totals["misaligned"] += 1
                 break
             starts.append(at)
-            at += 1 + run_length(drafts, answer[at + 1:])
+            at += 1 + matching_prefix_length(drafts, answer[at + 1:])
         starts = [s for s in starts if s < len(answer) - 1]  # a block needs a next token
         ref = reference_blocks(target, drafter, capture, prompt, answer, starts,
                                args.num_drafts + 1)
         served_runs, ref_runs = [], []
         for s, ref_row, (_, served_row) in zip(starts, ref, passes):
             truth = answer[s + 1:]
-            served_runs.append(run_length(served_row, truth))
-            ref_runs.append(run_length(ref_row, truth))
+            served_runs.append(matching_prefix_length(served_row, truth))
+            ref_runs.append(matching_prefix_length(ref_row, truth))
             totals["same_block"] += served_row == ref_row
             totals["first_same"] += served_row[0] == ref_row[0]
             for k, (a, b) in enumerate(zip(served_row, ref_row)):

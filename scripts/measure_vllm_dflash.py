@@ -81,9 +81,9 @@ def load_prompts(args, tokenizer) -> list:
     if not args.prompts_file:
         return [f"Question {i}: describe, step by step, how a {w} works."
                 for i, w in enumerate(["bicycle", "clock", "compiler", "kettle"] * 8)]
-    from dflash_plugin.prompt_io import encode_chat, read_prompts_file
+    from dflash_plugin.prompt_io import encode_user_turn, read_prompts_file
 
-    return [{"prompt_token_ids": encode_chat(tokenizer, [{"role": "user", "content": turn}])}
+    return [{"prompt_token_ids": encode_user_turn(tokenizer, turn)}
             for turn in (r["turns"][0] for r in read_prompts_file(args.prompts_file))]
 
 

@@ -41,7 +41,7 @@ from dflash_plugin.draft_policy import (
 from dflash_plugin.draft_vocab import load_drafter_for_target
 from dflash_plugin.features import FeatureCapture
 from dflash_plugin.generate import generate_plain
-from dflash_plugin.prompt_io import encode_chat, read_prompts_file, stop_token_ids
+from dflash_plugin.prompt_io import encode_user_turn, read_prompts_file, stop_token_ids
 from dflash_plugin.sampling import SamplingParams
 from dflash_plugin.target import load_target
 from dflash_plugin.train.batches import draft_block_batch, make_block_batch
@@ -82,7 +82,7 @@ def trace_prompts(prompts_file: str, draft: str | None, max_new_tokens: int, out
     block = trace_block or drafter.block_size
     with out.open("w") as f:
         for index, record in enumerate(read_prompts_file(prompts_file)):
-            prompt = encode_chat(tokenizer, [{"role": "user", "content": record["turns"][0]}])
+            prompt = encode_user_turn(tokenizer, record["turns"][0])
             answer = generate_plain(target, torch.tensor([prompt]), max_new_tokens,
                                     SamplingParams(temperature=0.0), 0, stops).token_ids
             ids = torch.tensor(prompt + list(answer))

@@ -44,8 +44,8 @@ def drafter_f32(target_f32):
 
 @pytest.fixture(scope="session")
 def chat_prompts(tokenizer):
-    from dflash_plugin.prompt_io import encode_chat
-    return [torch.tensor([encode_chat(tokenizer, [{"role": "user", "content": p}])])
+    from dflash_plugin.prompt_io import encode_user_turn
+    return [torch.tensor([encode_user_turn(tokenizer, p)])
             for p in PROMPTS]
 
 

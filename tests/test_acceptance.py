@@ -11,6 +11,7 @@ from dflash_plugin.acceptance import (
     Verdict,
     chain_children,
     greedy_accept,
+    matching_prefix_length,
     rejection_accept,
     walk_tree,
 )
@@ -201,3 +202,11 @@ def test_spec_stats_tau_counts_the_bonus():
     assert stats.drafted_tokens == 45
     assert stats.num_steps == 3
 
+
+
+def test_matching_prefix_length_stops_at_the_first_miss_or_the_shorter_list():
+    assert matching_prefix_length([5, 6, 7], [5, 6, 9, 7]) == 2
+    assert matching_prefix_length([1, 2], [1, 2, 3]) == 2
+    assert matching_prefix_length([1, 2, 3], [1, 2]) == 2  # the answer ended
+    assert matching_prefix_length([4], [3]) == 0
+    assert matching_prefix_length([], [1]) == 0

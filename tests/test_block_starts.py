@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from dflash_plugin.features import FeatureCapture
-from dflash_plugin.prompt_io import encode_chat
+from dflash_plugin.prompt_io import encode_user_turn
 from dflash_plugin.train.block_starts import (
     START_RATE_AFTER_RIGHT_DRAFT,
     block_start_weights,
@@ -43,7 +43,7 @@ def answered(target_f32, tokenizer):
     """A real prompt and the target's own greedy answer, with the captured features."""
     from dflash_plugin.generate import generate_plain
     from dflash_plugin.sampling import SamplingParams
-    prompt = encode_chat(tokenizer, [{"role": "user", "content": "List four farm animals."}])
+    prompt = encode_user_turn(tokenizer, "List four farm animals.")
     answer = generate_plain(target_f32, torch.tensor([prompt]), 24,
                             SamplingParams(temperature=0.0), 0, set()).token_ids
     return torch.tensor(prompt + list(answer)), len(prompt)
@@ -84,8 +84,7 @@ def test_trainer_samples_block_start_anchors_and_logs_the_hit_rate(tmp_path, smo
         for i, (prompt, answer) in enumerate([("Count to six.", "One, two, three, four, five, six."),
                                               ("Name a color.", "Blue is a calm and cool color.")]):
             f.write(json.dumps({"id": f"s{i}", "category": "chat", "prompt": prompt,
-                                "prompt_ids": encode_chat(tokenizer, [{"role": "user",
-                                                                       "content": prompt}]),
+                                "prompt_ids": encode_user_turn(tokenizer, prompt),
                                 "response_ids": tokenizer(answer)["input_ids"] + [2]}) + "\n")
     online = OnlineFeatures(model, tmp_path / "responses.jsonl", [1, 8, 14, 20, 27])
     config = dict(store="", out_dir=str(tmp_path / "run"), num_draft_layers=1, block_size=8,

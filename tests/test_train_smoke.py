@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from dflash_plugin.checkpoint import load_drafter
-from dflash_plugin.prompt_io import encode_chat
+from dflash_plugin.prompt_io import encode_user_turn
 from dflash_plugin.train.feature_store import FeatureStore, OnlineFeatures, build_feature_store
 from dflash_plugin.train.trainer import TrainConfig, Trainer
 
@@ -25,7 +25,7 @@ def store(tmp_path_factory, smollm_bf16):
     folder = tmp_path_factory.mktemp("train")
     with (folder / "responses.jsonl").open("w") as f:
         for i, (prompt, answer) in enumerate(PAIRS):
-            ids = encode_chat(tokenizer, [{"role": "user", "content": prompt}])
+            ids = encode_user_turn(tokenizer, prompt)
             f.write(json.dumps({"id": f"s{i}", "category": "chat", "prompt": prompt,
                                 "prompt_ids": ids,
                                 "response_ids": tokenizer(answer)["input_ids"] + [2]}) + "\n")

@@ -17,7 +17,7 @@ from dflash_plugin.cli import main as cli_main
 from dflash_plugin.config import make_config
 from dflash_plugin.drafter import DFlashDraftModel
 from dflash_plugin.generate import generate_plain
-from dflash_plugin.prompt_io import encode_chat
+from dflash_plugin.prompt_io import encode_user_turn
 from dflash_plugin.sampling import SamplingParams, target_probs
 from dflash_plugin.tree import build_tree, top_candidates
 from dflash_plugin.tree_decode import TreeDecoder
@@ -56,7 +56,7 @@ def drafter(model):
 
 
 def chat_ids(tokenizer, text):
-    return torch.tensor([encode_chat(tokenizer, [{"role": "user", "content": text}])])
+    return torch.tensor([encode_user_turn(tokenizer, text)])
 
 
 @pytest.fixture(scope="module")

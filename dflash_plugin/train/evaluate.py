@@ -11,7 +11,7 @@ import torch
 from tqdm import tqdm
 
 from dflash_plugin.generate import SpecDecoder, generate_plain
-from dflash_plugin.prompt_io import encode_chat, stop_token_ids
+from dflash_plugin.prompt_io import encode_user_turn, stop_token_ids
 from dflash_plugin.sampling import SamplingParams
 from dflash_plugin.train.prompts import Prompt
 
@@ -28,7 +28,7 @@ def evaluate_drafter(target, tokenizer, drafter, prompts: list[Prompt], *, max_n
         taus, spec_time, plain_time, tokens, plain_tokens = defaultdict(list), 0.0, 0.0, 0, 0
         identical, per_prompt = 0, []
         for i, prompt in enumerate(tqdm(prompts, desc=f"eval T={temperature}")):
-            ids = torch.tensor([encode_chat(tokenizer, [{"role": "user", "content": prompt.text}])])
+            ids = torch.tensor([encode_user_turn(tokenizer, prompt.text)])
             spec = decoder.generate(ids, max_new_tokens, sampling, seed + i, stops)
             taus[prompt.category].append(spec.stats.mean_accept_length)
             per_prompt.append({"category": prompt.category,

@@ -14,7 +14,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from dflash_plugin.cpu_features import default_cpu_dtype
-from dflash_plugin.prompt_io import encode_chat
+from dflash_plugin.prompt_io import encode_user_turn
 from dflash_plugin.train.prompts import Prompt
 
 
@@ -79,7 +79,7 @@ def generate_responses(target_path: str | Path, prompts: list[Prompt], out_path:
                                                            temperature, seed + len(done))
     for begin in tqdm(range(0, len(todo), chunk), desc="responses", unit="chunk"):
         batch = todo[begin:begin + chunk]
-        prompt_ids = [encode_chat(tokenizer, [{"role": "user", "content": p.text}])
+        prompt_ids = [encode_user_turn(tokenizer, p.text)
                       for p in batch]
         responses = run(prompt_ids)
         with out_path.open("a") as f:

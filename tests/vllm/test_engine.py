@@ -228,10 +228,10 @@ def served_draft_blocks(llm, calls) -> dict:
     """Full blocks on one held-out chat prompt, one request, every draft pass logged."""
     from vllm import SamplingParams
 
-    from dflash_plugin.prompt_io import encode_chat, read_prompts_file
+    from dflash_plugin.prompt_io import encode_user_turn, read_prompts_file
 
     question = read_prompts_file(DRAFT_CHECK_PROMPT)[0]["turns"][0]
-    prompt = encode_chat(llm.get_tokenizer(), [{"role": "user", "content": question}])
+    prompt = encode_user_turn(llm.get_tokenizer(), question)
     llm.collective_rpc(calls["set_policy"], args=("full",))
     llm.collective_rpc(calls["record_drafts"], args=(1, True, True))
     out = llm.generate([{"prompt_token_ids": prompt}],
@@ -431,13 +431,6 @@ def test_trained_drafter_gets_drafts_accepted(runs):
     assert runs["full_counts"]["num_accepted_tokens"] > 0
 
 
-def _accepted_run(drafts, truth):
-    run = 0
-    while run < min(len(drafts), len(truth)) and drafts[run] == truth[run]:
-        run += 1
-    return run
-
-
 def test_served_drafts_equal_the_reference_paths(runs, smollm_f32):
     """vLLM's draft pass computes what the core's drafter computes: wherever the served
     decoding drafted, the reference path (Hugging Face target, dflash_plugin's drafter, float32,
@@ -446,6 +439,7 @@ def test_served_drafts_equal_the_reference_paths(runs, smollm_f32):
     it, 5% of served 16-position blocks on held-out prompts equalled the reference's."""
     import torch
 
+    from dflash_plugin.acceptance import matching_prefix_length
     from dflash_plugin.draft_vocab import load_drafter_for_target
     from dflash_plugin.generate import SpecDecoder
     from dflash_plugin.sampling import SamplingParams
@@ -457,7 +451,7 @@ def test_served_drafts_equal_the_reference_paths(runs, smollm_f32):
         if at >= len(answer) - 1:
             break
         served[at] = drafts
-        at += 1 + _accepted_run(drafts, answer[at + 1:])
+        at += 1 + matching_prefix_length(drafts, answer[at + 1:])
 
     target = smollm_f32[0]
     decoder = SpecDecoder(target, load_drafter_for_target(target, shipped_drafter(),
