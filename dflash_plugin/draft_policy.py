@@ -313,6 +313,7 @@ class DraftPolicy:
         self._vetoed_steps: dict[int, int] = {}  # batch bucket -> vetoed steps since its probe
         self._probe_gap: dict[int, int] = {}  # batch bucket -> vetoed steps until its next probe
         self._worth_drafting: dict[tuple[int, bool], bool] = {}  # (batch, prior?) -> answer
+        self._drafts_possible: dict[int, bool] = {}  # batch -> could perfect drafts pay off?
         # Costs re-fitted from timed steps (None: the preset `costs` stays).
         self.cost_fit = cost_fit
         if cost_fit is not None:
@@ -339,6 +340,7 @@ class DraftPolicy:
                                                               seconds):
             self.costs = self.cost_fit.costs
             self._worth_drafting.clear()
+            self._drafts_possible.clear()
 
     def _drafts_pay_off(self, batch: int, prior: bool) -> bool:
         key = (batch, prior)
@@ -347,6 +349,21 @@ class DraftPolicy:
             self._worth_drafting[key] = any(plan_draft_lengths(curve.expand(batch, -1),
                                                                self.costs))
         return self._worth_drafting[key]
+
+    def drafts_possible(self, batch: int) -> bool:
+        """Could any drafts be verified at this batch size, however good? False when even a
+        drafter that is always right would not beat plain decoding by the bar under the cost
+        model (and always in mode off): an adapter need not keep the drafter's context for
+        such a step (vllm_ext.context_coverage). Rate and window guards are not consulted: their
+        vetoes are measurements that a later probe may lift."""
+        if self.mode is PolicyMode.OFF:
+            return False
+        if self.mode is not PolicyMode.ADAPTIVE:
+            return True
+        if batch not in self._drafts_possible:
+            always_right = torch.ones(batch, self.block, dtype=torch.float64)
+            self._drafts_possible[batch] = any(plan_draft_lengths(always_right, self.costs))
+        return self._drafts_possible[batch]
 
     def should_draft(self, batch: int) -> bool:
         """Before the draft pass: is any request expected to get drafts verified?"""
@@ -385,18 +402,35 @@ class DraftPolicy:
         self._probe_gap[bucket] = min(2 * gap, self.max_probe_every)
         return True
 
-    def choose(self, batch: int, confidence: torch.Tensor | None, limit: int) -> list[int]:
+    def choose(self, batch: int, confidence: torch.Tensor | None, limit: int,
+               draftable: list[bool] | None = None) -> list[int]:
         """After the draft pass: draft lengths [B] from the drafts' top-1 probabilities
-        [B, K] (None when the drafter did not report them), each at most `limit`."""
+        [B, K] (None when the drafter did not report them), each at most `limit`. Rows whose
+        `draftable` entry is False get 0 (their drafts were made from incomplete context)."""
         self.step += 1
         if self.mode is PolicyMode.OFF:
             return [0] * batch
         if self.mode is PolicyMode.STAGGER:
-            return [(self.step + i) % (limit + 1) for i in range(batch)]
-        if self.mode is PolicyMode.FULL or confidence is None:
-            return [limit] * batch
-        gains = cumulative_acceptance(self.calibration(confidence[:, :limit]))
-        mean = gains.mean(dim=0)
+            lengths = [(self.step + i) % (limit + 1) for i in range(batch)]
+        elif self.mode is PolicyMode.FULL or confidence is None:
+            lengths = [limit] * batch
+        else:
+            lengths = self._plan(confidence[:, :limit], draftable)
+        if draftable is not None:
+            lengths = [length if ok else 0 for length, ok in zip(lengths, draftable)]
+        return lengths
+
+    def _plan(self, confidence: torch.Tensor, draftable: list[bool] | None) -> list[int]:
+        gains = cumulative_acceptance(self.calibration(confidence))
+        if draftable is not None and not all(draftable):
+            # Learn the curve from the rows that may be verified; the others gain nothing.
+            usable = torch.tensor(draftable)
+            if not usable.any():
+                return [0] * gains.shape[0]
+            gains = gains * usable[:, None]
+            mean = gains[usable].mean(dim=0)
+        else:
+            mean = gains.mean(dim=0)
         mean = torch.cat([mean, mean.new_zeros(self.block - mean.numel())])
         self.curve = (1 - self.smoothing) * self.curve + self.smoothing * mean
         self._worth_drafting = {k: v for k, v in self._worth_drafting.items() if k[1]}

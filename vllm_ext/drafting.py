@@ -22,6 +22,9 @@ Environment (read in the worker when the drafter is built):
                         context K/V writes and do them in one batched call (context_store.py)
   DFLASH_SAMPLER_SHORTCUT = on (default) | off: steps that verify no drafts skip vLLM's
                         rejection kernels (vllm_ext.zero_draft_sampling)
+  DFLASH_CONTEXT_GAPS = off (default) | on: decoding steps at a batch size where no draft could
+                        pay off store no drafter context; their requests are not drafted again
+                        (vllm_ext.context_coverage)
   DFLASH_STATS_EVERY  = N (default 2000): log what the policy did over the last N steps (draft
                         passes, passes that handed out no draft, drafts verified and accepted,
                         the rate guard's measured speedups); 0 turns the log off
@@ -51,6 +54,7 @@ from dflash_plugin.draft_policy import (
 from dflash_plugin.rate_guard import RateGuard, WindowGuard
 from dflash_plugin.step_costs import StepCostFit
 from dflash_plugin.switches import switch_from_env
+from vllm_ext.context_coverage import ContextCoverage
 from vllm_ext.context_store import DeferredContext
 
 logger = logging.getLogger(f"vllm.{__name__}")  # under vLLM's log handler
@@ -63,6 +67,7 @@ DRAFT_VOCAB_ENV = "DFLASH_DRAFT_VOCAB"
 STATS_EVERY_ENV = "DFLASH_STATS_EVERY"
 DEFER_CONTEXT_ENV = "DFLASH_DEFER_CONTEXT"
 SAMPLER_SHORTCUT_ENV = "DFLASH_SAMPLER_SHORTCUT"
+CONTEXT_GAPS_ENV = "DFLASH_CONTEXT_GAPS"
 
 
 def policy_mode_from_env() -> PolicyMode:
@@ -126,6 +131,10 @@ def sampler_shortcut_from_env() -> bool:
     return switch_from_env(SAMPLER_SHORTCUT_ENV)
 
 
+def context_gaps_from_env() -> bool:
+    return switch_from_env(CONTEXT_GAPS_ENV, default="off")
+
+
 def draft_vocab_from_env() -> bool:
     """True: restrict the draft head to the checkpoint's training vocabulary, if it has one."""
     value = os.environ.get(DRAFT_VOCAB_ENV, "auto").strip().lower()
@@ -156,11 +165,13 @@ class StepCounts:
     empty_passes: int = 0  # the draft pass ran but no request got a draft verified
     drafts_handed_out: int = 0
     drafts_accepted: int = 0
+    context_skipped: int = 0  # steps that stored no drafter context (context_coverage)
 
     def summary(self, policy: DraftPolicy) -> str:
         text = (f"{self.steps} steps: {self.draft_passes} draft passes ({self.empty_passes} "
                 f"handed out nothing), {self.drafts_handed_out} drafts verified, "
-                f"{self.drafts_accepted} accepted")
+                f"{self.drafts_accepted} accepted, {self.context_skipped} steps stored no "
+                f"context")
         if policy.cost_fit is not None:
             text += f"; fitted costs {policy.costs}"
         if policy.rate_guard is not None:
@@ -192,10 +203,14 @@ class Drafting:
     the drafts handed to the scheduler (to learn from their verification next step)."""
 
     def __init__(self, policy: DraftPolicy, stats_every: int = 0,
-                 deferred_context: DeferredContext | None = None):
+                 deferred_context: DeferredContext | None = None,
+                 coverage: ContextCoverage | None = None):
         self.policy = policy
         # Context writes held back while no draft pass runs (None: write every step).
         self.deferred_context = deferred_context
+        # Which cache slots hold context, so that steps where no draft could pay off may skip
+        # it (None: every step writes its context).
+        self.coverage = coverage
         self.stats_every = stats_every  # log StepCounts every this many steps (0: never)
         self.counts = StepCounts()
         self.confidence: torch.Tensor | None = None  # [rows] from the last compute_logits
@@ -289,15 +304,17 @@ class Drafting:
     def _step_handed_out(self, batch: int, num_drafts: int, drafted: bool):
         self._last_step = _StepStart(self._step_started, batch, batch + num_drafts, drafted)
 
-    def select(self, drafts: torch.Tensor, next_token_ids: torch.Tensor) -> list[list[int]]:
-        """drafts [B, K] -> each request's drafts to verify (a prefix, possibly empty)."""
+    def select(self, drafts: torch.Tensor, next_token_ids: torch.Tensor,
+               draftable: list[bool] | None = None) -> list[list[int]]:
+        """drafts [B, K] -> each request's drafts to verify (a prefix, possibly empty); rows
+        whose `draftable` entry is False (context with gaps) get none."""
         batch, block = drafts.shape
         confidence, self.confidence = self.confidence, None
         if confidence is not None and confidence.numel() == batch * block:
             confidence = confidence.view(batch, block)
         else:
             confidence = None
-        lengths = self.policy.choose(batch, confidence, block)
+        lengths = self.policy.choose(batch, confidence, block, draftable)
         rows = drafts.tolist()
         bonus = next_token_ids.tolist()
         selected = []
@@ -316,3 +333,12 @@ class Drafting:
         """No draft pass ran this step."""
         self.confidence = None
         self._step_handed_out(batch, 0, drafted=False)
+
+    def stores_context(self, batch: int, decoding_only: bool) -> bool:
+        """Whether a step of `batch` requests without a draft pass must store its context:
+        always, unless coverage is tracked, the step only decodes and no draft could pay off at
+        this batch size. Prompt tokens always get their context: vLLM's prefix cache may serve
+        a prompt's blocks to later requests (a shared system prompt to all of them), and a gap
+        there would keep every one of those from being drafted."""
+        return (self.coverage is None or not decoding_only
+                or self.policy.drafts_possible(batch))

@@ -32,9 +32,11 @@ from dflash_plugin.draft_vocab import draft_vocab_logits, read_draft_vocab, to_f
 from dflash_plugin.pair_check import (DrafterShape, TargetShape, check_pair_shapes,
                                        drafter_shape)
 from vllm_ext.context_norm import grouped_rms_norm_works, rms_norm_per_layer
+from vllm_ext.context_coverage import ContextCoverage
 from vllm_ext.context_store import DeferredContext
 from vllm_ext.drafting import (
     Drafting,
+    context_gaps_from_env,
     cost_fit_from_env,
     cost_model_from_env,
     costs_in_software_bf16,
@@ -129,7 +131,8 @@ class DFlashVllmDrafter(DFlashQwen3ForCausalLM):
                              rate_guard=rate_guard_from_env(), cost_fit=cost_fit_from_env(costs),
                              window_guard=window_guard_from_env())
         deferred = DeferredContext() if defer_context_from_env() else None
-        self.dflash_drafting = Drafting(policy, stats_every_from_env(), deferred)
+        coverage = ContextCoverage() if context_gaps_from_env() else None
+        self.dflash_drafting = Drafting(policy, stats_every_from_env(), deferred, coverage)
         if not install_propose_patch():
             self.dflash_drafting = None
         elif sampler_shortcut_from_env():
@@ -140,11 +143,12 @@ class DFlashVllmDrafter(DFlashQwen3ForCausalLM):
             self.dflash_draft_ids = read_draft_vocab(spec.draft_model_config.model,
                                                      vllm_config.model_config.get_vocab_size())
         logger.info("dflash plugin: drafter %s, draft policy %s, costs %s (%s), rate guard %s, "
-                    "context writes %s, draft head %s", spec.draft_model_config.model,
+                    "context writes %s%s, draft head %s", spec.draft_model_config.model,
                     policy.mode.value, policy.costs,
                     "re-fitted from timed steps" if policy.cost_fit else "fixed",
                     "on" if policy.rate_guard else "off",
                     "deferred while not drafting" if deferred else "every step",
+                    ", skipped where no draft could pay off" if coverage else "",
                     "full vocabulary" if self.dflash_draft_ids is None
                     else f"{self.dflash_draft_ids.numel()} training-vocabulary rows")
 
