@@ -203,7 +203,6 @@ def test_spec_stats_tau_counts_the_bonus():
     assert stats.num_steps == 3
 
 
-
 def test_matching_prefix_length_stops_at_the_first_miss_or_the_shorter_list():
     assert matching_prefix_length([5, 6, 7], [5, 6, 9, 7]) == 2
     assert matching_prefix_length([1, 2], [1, 2, 3]) == 2

@@ -99,10 +99,11 @@ def _load_aware_propose(original):
         batch = cad.batch_size()
         drafting.learn(target_token_ids[:cad.num_actual_tokens], cad.query_start_loc_cpu,
                        num_rejected_tokens_gpu)
+        coverage = _coverage_of(self, drafting)
         draftable = None  # rows whose context is whole (None: not tracked, all of them)
         drafts_wanted = num_speculative_tokens > 0 and drafting.policy.should_draft(batch)
-        if drafts_wanted and _coverage_of(self, drafting) is not None:
-            draftable = drafting.coverage.rows_complete(
+        if drafts_wanted and coverage is not None:
+            draftable = coverage.rows_complete(
                 cad.block_table_tensor[:batch], _context_before_step(cad), self.block_size)
             drafts_wanted = any(draftable)
         if not drafts_wanted:
@@ -111,8 +112,8 @@ def _load_aware_propose(original):
             self._last_draft_probs = None
             context = (target_token_ids, target_positions, target_hidden_states, next_token_ids,
                        cad, num_rejected_tokens_gpu)
-            if (_coverage_of(self, drafting) is not None
-                    and not drafting.stores_context(batch, _decoding_only(self, cad))):
+            if coverage is not None and not drafting.stores_context(batch,
+                                                                    _decoding_only(self, cad)):
                 _skip_context(self, drafting, *context)
             else:
                 _store_context_only(self, drafting, *context)
@@ -122,8 +123,8 @@ def _load_aware_propose(original):
         _prefer_drafter_top_tokens(self)
         with drafting.collecting_confidence():
             drafts = original(self, *args)
-        if drafting.coverage is not None:  # the original wrote this step's context
-            drafting.coverage.record(_context_slots(self, target_token_ids), written=True)
+        if coverage is not None:  # the original wrote this step's context
+            coverage.record(_context_slots(self, target_token_ids), written=True)
         return drafting.select(drafts, next_token_ids, draftable)
 
     return propose
