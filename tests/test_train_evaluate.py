@@ -50,6 +50,7 @@ def test_evaluate_scores_a_drafter_folder_on_a_prompts_file(tmp_path, shared_tar
     row = report["T=0.0"]
     assert [p["category"] for p in row["per_prompt"]] == ["extraction", "chat"]
     assert all(p["identical"] for p in row["per_prompt"]) and row["identical_to_plain"] == "2/2"
+    assert all(1 <= p["new_tokens"] <= 24 for p in row["per_prompt"])  # to a stop or the cap
     taus = [p["tau"] for p in row["per_prompt"]]
     assert row["tau_per_category"] == pytest.approx({"chat": taus[1], "extraction": taus[0]},
                                                     abs=1e-3)

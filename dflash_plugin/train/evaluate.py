@@ -32,7 +32,8 @@ def evaluate_drafter(target, tokenizer, drafter, prompts: list[Prompt], *, max_n
             spec = decoder.generate(ids, max_new_tokens, sampling, seed + i, stops)
             taus[prompt.category].append(spec.stats.mean_accept_length)
             per_prompt.append({"category": prompt.category,
-                               "tau": round(spec.stats.mean_accept_length, 3)})
+                               "tau": round(spec.stats.mean_accept_length, 3),
+                               "new_tokens": len(spec.token_ids)})
             spec_time, tokens = spec_time + spec.wall_s, tokens + len(spec.token_ids)
             if check_lossless or temperature == 0.0:
                 plain = generate_plain(target, ids, max_new_tokens, sampling, seed + i, stops)
