@@ -186,6 +186,49 @@ def test_continue_from_a_shallower_checkpoint_grows_it(store, tmp_path, smollm_b
     assert len(load_drafter(tmp_path / "b" / "checkpoint").layers) == 2
 
 
+def test_widened_drafter_drafts_exactly_like_the_narrow_one(smollm_bf16):
+    from dflash_plugin.config import make_config
+    from dflash_plugin.drafter import DFlashDraftModel
+    from dflash_plugin.train.widen import widen_drafter
+
+    model, _ = smollm_bf16
+    torch.manual_seed(0)
+    narrow = DFlashDraftModel(make_config(model.config, num_draft_layers=1, block_size=16,
+                                          mask_token_id=16, target_layer_ids=[1, 8, 14, 20, 27]))
+    narrow.fc.weight.data.normal_(0, 0.05)  # trained-looking, so misplaced columns would show
+    wide = widen_drafter(narrow, [0, 1, 8, 14, 20, 27, 29]).eval()
+    assert list(wide.fields.target_layer_ids) == [0, 1, 8, 14, 20, 27, 29]
+    assert wide.config.dflash_config["target_layer_ids"] == [0, 1, 8, 14, 20, 27, 29]
+    torch.manual_seed(1)
+    kept = torch.randn(12, 5, 576)  # the five layers both read, at 12 context positions
+    added = torch.randn(12, 2, 576)  # layers 0 and 29, which only the wide drafter reads
+    wide_features = torch.cat([added[:, :1], kept, added[:, 1:]], dim=1).reshape(1, 12, -1)
+    block = torch.randn(1, 16, 576)
+    positions = (torch.arange(12, 28)[None], torch.arange(12)[None])
+    expected = narrow.eval()(block, narrow.fuse_context(kept.reshape(1, 12, -1)), *positions)
+    got = wide(block, wide.fuse_context(wide_features), *positions)
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+    assert wide.fc.weight.requires_grad
+    with pytest.raises(ValueError, match=r"cannot drop target layers \[27\]"):
+        widen_drafter(narrow, [1, 8, 14, 20, 29])
+
+
+def test_continue_on_more_target_layers_widens_the_checkpoint(store, tmp_path, smollm_bf16):
+    model, _ = smollm_bf16
+    first = Trainer(_config(store, tmp_path / "a", max_steps=2), model)
+    first.run()
+    wider_store = OnlineFeatures(model, store / "responses.jsonl", [1, 8, 14, 20, 27, 29])
+    grown = Trainer(_config(store, tmp_path / "b", max_steps=3,
+                            init_from=str(tmp_path / "a" / "checkpoint")), model, wider_store)
+    added = grown.drafter.fc.weight[:, 5 * 576:]
+    assert list(grown.drafter.fields.target_layer_ids) == [1, 8, 14, 20, 27, 29]
+    assert not added.any()
+    grown.run()
+    assert grown.drafter.fc.weight[:, 5 * 576:].any()  # it learnt to read layer 29
+    again = load_drafter(tmp_path / "b" / "checkpoint")
+    assert list(again.fields.target_layer_ids) == [1, 8, 14, 20, 27, 29]
+
+
 def test_distillation_teacher_is_the_targets_next_token_distribution(store, smollm_bf16):
     from dflash_plugin.train.trainer import teacher_log_probs
     from core_helpers import make_drafter

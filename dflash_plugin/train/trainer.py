@@ -39,6 +39,7 @@ from dflash_plugin.train.block_starts import (
 )
 from dflash_plugin.train.deepen import deepen_drafter
 from dflash_plugin.train.feature_store import FeatureSource, FeatureStore, OnlineFeatures
+from dflash_plugin.train.widen import widen_drafter
 
 STATE_FILE = "train_state.pt"
 
@@ -227,6 +228,9 @@ class Trainer:
             if len(self.drafter.layers) < cfg.num_draft_layers:
                 # A shallower drafter to grow: the added layers start as the identity.
                 self.drafter = deepen_drafter(self.drafter, cfg.num_draft_layers)
+            if set(self.store.meta["target_layer_ids"]) > set(self.drafter.fields.target_layer_ids):
+                # More target layers than it was trained on: the added ones start unread.
+                self.drafter = widen_drafter(self.drafter, self.store.meta["target_layer_ids"])
             check_continuation(self.drafter, cfg, self.store)
             if cfg.draft_vocab_size and self.drafter.lm_head is None:
                 # An exported (full-vocabulary) drafter: train with the reduced head again.
