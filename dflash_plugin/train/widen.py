@@ -18,22 +18,22 @@ from dflash_plugin.drafter import DFlashDraftModel
 
 def widen_drafter(drafter: DFlashDraftModel, layer_ids: list[int]) -> DFlashDraftModel:
     """The same drafter reading the target layers `layer_ids` (which must include its own)."""
-    have = list(drafter.fields.target_layer_ids)
+    have, layer_ids = list(drafter.fields.target_layer_ids), list(layer_ids)
     missing = [layer for layer in have if layer not in layer_ids]
     if missing:
         raise ValueError(f"cannot drop target layers {missing} from a drafter that reads {have}; "
-                         f"asked for {list(layer_ids)}")
-    if list(layer_ids) == have:
+                         f"asked for {layer_ids}")
+    if layer_ids == have:
         return drafter
     config = copy.deepcopy(drafter.config)
-    config.dflash_config = {**config.dflash_config, "target_layer_ids": list(layer_ids)}
+    config.dflash_config = {**config.dflash_config, "target_layer_ids": layer_ids}
     weight = drafter.fc.weight
     wider = DFlashDraftModel(config).to(dtype=weight.dtype, device=weight.device)
     state = drafter.state_dict()
     hidden = drafter.fields.target_hidden_size
-    fc = torch.zeros(weight.shape[0], len(layer_ids) * hidden, dtype=weight.dtype)
+    fc = weight.data.new_zeros(weight.shape[0], len(layer_ids) * hidden)
     for old_slot, layer in enumerate(have):
-        new_slot = list(layer_ids).index(layer)
+        new_slot = layer_ids.index(layer)
         fc[:, new_slot * hidden:(new_slot + 1) * hidden] = \
             weight.data[:, old_slot * hidden:(old_slot + 1) * hidden]
     state["fc.weight"] = fc
