@@ -29,8 +29,8 @@ from pathlib import Path
 
 import psutil
 
-from dflash_plugin.commands import bench as bench_command
-from dflash_plugin.serving import bench, flags
+from dflash_cli.commands import bench as bench_command
+from dflash_cli.serving import bench, flags
 
 NUM_PROMPTS = 16
 MAX_TOKENS = 128

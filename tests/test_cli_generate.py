@@ -8,7 +8,7 @@ import pytest
 import torch
 from core_helpers import make_drafter
 
-from dflash_plugin import cli
+import dflash_cli.main as cli
 from dflash_plugin.checkpoint import save_drafter
 
 pytestmark = pytest.mark.slow
@@ -79,7 +79,7 @@ def test_generate_writes_json_lines_and_matches_plain(tmp_path, prompts_file, dr
 @pytest.mark.parametrize("cpu_default, expected", [("float32", torch.float32), (None, torch.bfloat16)])
 def test_generate_dtype_defaults_to_float32_on_cpus_without_native_bf16(
         monkeypatch, tmp_path, prompts_file, smollm_f32, cpu_default, expected):
-    import dflash_plugin.commands.generate as generate_command
+    import dflash_cli.commands.generate as generate_command
     import dflash_plugin.target
 
     seen = []

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from dflash_plugin import cli
+import dflash_cli.main as cli
 from dflash_plugin.config import make_config
 from dflash_plugin.drafter import DFlashDraftModel
 from dflash_plugin.errors import DFlashError, MismatchError

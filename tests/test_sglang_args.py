@@ -120,7 +120,7 @@ def test_version_errors_name_the_range_and_the_fix(monkeypatch):
 
 @pytest.mark.parametrize("name", ["sglang-qwen3-8b-dflash.yaml", "sglang-llama3.1-8b-dflash.yaml"])
 def test_shipped_sglang_configs_translate(name):
-    from dflash_plugin.serving import flags
+    from dflash_cli.serving import flags
 
     opts = flags.options_from_args(argparse.Namespace(config=str(CONFIGS / name)))
     assert opts.engine == "sglang"

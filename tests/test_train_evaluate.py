@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from dflash_plugin import cli
+import dflash_cli.main as cli
 from dflash_plugin.defaults import default_drafter_path
 from dflash_plugin.train import prompts as prompt_set
 

@@ -13,7 +13,7 @@ from transformers import DynamicCache
 
 from dflash_plugin import kv_cache
 from dflash_plugin.checkpoint import save_drafter
-from dflash_plugin.cli import main as cli_main
+from dflash_cli.main import main as cli_main
 from dflash_plugin.config import make_config
 from dflash_plugin.drafter import DFlashDraftModel
 from dflash_plugin.generate import generate_plain

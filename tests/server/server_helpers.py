@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from dflash_plugin.serving.bench import parse_counters
-from dflash_plugin.serving.flags import Launch
-from dflash_plugin.serving.server import Server, ServerExited, free_port
+from dflash_cli.serving.bench import parse_counters
+from dflash_cli.serving.flags import Launch
+from dflash_cli.serving.server import Server, ServerExited, free_port
 
 HAVE_SERVER_DEPS = all(importlib.util.find_spec(m) for m in ("vllm", "openai"))
 START_TIMEOUT = float(os.environ.get("DFLASH_TEST_SERVER_TIMEOUT", "900"))
@@ -47,11 +47,11 @@ def make_random_drafter(path: Path, target_path: Path, **overrides) -> Path:
 
 
 class ServeProcess(Server):
-    """`python -m dflash_plugin.cli serve ...` on a free port, output in a log file."""
+    """`python -m dflash_cli.main serve ...` on a free port, output in a log file."""
 
     def __init__(self, log_path: Path, *serve_args: str, env: dict[str, str] | None = None):
         port = free_port()
-        argv = [sys.executable, "-m", "dflash_plugin.cli", "serve", "--port", str(port), *serve_args]
+        argv = [sys.executable, "-m", "dflash_cli.main", "serve", "--port", str(port), *serve_args]
         super().__init__(Launch(argv, {}, dict(env or {}), "127.0.0.1", port, MODEL),
                          log_path=log_path)
 

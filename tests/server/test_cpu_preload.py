@@ -3,8 +3,8 @@
 import pytest
 
 from dflash_plugin.errors import DFlashError
-from dflash_plugin.serving import flags
-from dflash_plugin.serving.cpu_preload import cpu_preload, preload_enabled
+from dflash_cli.serving import flags
+from dflash_cli.serving.cpu_preload import cpu_preload, preload_enabled
 
 
 def _libs(tmp_path, iomp=True, tcmalloc=True):

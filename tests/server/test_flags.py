@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from dflash_plugin.cli import build_parser
-from dflash_plugin.cli import main as cli_main
+from dflash_cli.main import build_parser
+from dflash_cli.main import main as cli_main
 from dflash_plugin.errors import DFlashError
-from dflash_plugin.serving import bench, flags
+from dflash_cli.serving import bench, flags
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
@@ -32,7 +32,7 @@ def spec_config(argv: list[str]) -> dict:
 
 
 def run_cli(*argv, timeout=120):
-    return subprocess.run([sys.executable, "-m", "dflash_plugin.cli", *argv], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "dflash_cli.main", *argv], capture_output=True,
                           text=True, timeout=timeout)
 
 
@@ -46,7 +46,7 @@ def test_dflash_flags_become_a_vllm_speculative_config(random_drafter, monkeypat
     result = launch("--speculative-draft-model-path", str(random_drafter), "--port", "8123",
                     "--dtype", "bfloat16", "--context-length", "1024")
     argv = result.argv
-    assert argv[1:4] == ["-m", "dflash_plugin.serving.vllm_main", "serve"]
+    assert argv[1:4] == ["-m", "dflash_cli.serving.vllm_main", "serve"]
     assert argv[argv.index("--port") + 1] == "8123"
     assert argv[argv.index("--dtype") + 1] == "bfloat16"
     assert argv[argv.index("--max-model-len") + 1] == "1024"
@@ -268,7 +268,7 @@ def test_builtin_bench_prompts():
 
 
 def test_bench_plugin_switch(monkeypatch):
-    from dflash_plugin.commands.bench import plugin_env
+    from dflash_cli.commands.bench import plugin_env
     native = plugin_env("dflash-native", {})["VLLM_PLUGINS"].split(",")
     assert "dflash" not in native
     assert plugin_env("dflash", {}) == {}
@@ -277,7 +277,7 @@ def test_bench_plugin_switch(monkeypatch):
 
 
 def test_bench_plugin_variants_carry_their_own_settings():
-    from dflash_plugin.commands.bench import Variant, parse_algorithm
+    from dflash_cli.commands.bench import Variant, parse_algorithm
     assert parse_algorithm("dflash") == Variant("dflash", {}, None)
     assert parse_algorithm("dflash-native") == Variant("dflash-native", {}, None)
     assert parse_algorithm("dflash[DFLASH_COST_FIT=off; DFLASH_RATE_GUARD=off]") == Variant(
@@ -304,7 +304,7 @@ def test_bench_plugin_variants_carry_their_own_settings():
 
 
 def test_bench_rows_split_at_commas_outside_their_settings():
-    from dflash_plugin.commands.bench import split_algorithms
+    from dflash_cli.commands.bench import split_algorithms
     assert split_algorithms("none, dflash[DFLASH_COST_MODEL=draft_fixed=0.2,draft_per_request=0.3]"
                             ",dflash-native") == [
         "none", "dflash[DFLASH_COST_MODEL=draft_fixed=0.2,draft_per_request=0.3]", "dflash-native"]
@@ -312,8 +312,8 @@ def test_bench_rows_split_at_commas_outside_their_settings():
 
 
 def test_bench_row_options_carry_the_rows_drafter_and_environment():
-    from dflash_plugin.commands.bench import Variant, _row_options
-    from dflash_plugin.serving.flags import ServeOptions
+    from dflash_cli.commands.bench import Variant, _row_options
+    from dflash_cli.serving.flags import ServeOptions
     base = ServeOptions(speculative_draft_model_path="/shipped", env={"FROM_YAML": "1"})
     other = _row_options(base, Variant("dflash", {"DFLASH_COST_FIT": "on"}, "/d/r10"))
     assert other.speculative_algorithm == "DFLASH"
@@ -330,9 +330,9 @@ def test_bench_row_options_carry_the_rows_drafter_and_environment():
 
 
 def test_bench_rows_name_the_drafter_they_measured():
-    from dflash_plugin.commands.bench import _row, _Sample
-    from dflash_plugin.serving.bench import SPEC_COUNTERS
-    from dflash_plugin.serving.flags import ServeOptions
+    from dflash_cli.commands.bench import _row, _Sample
+    from dflash_cli.serving.bench import SPEC_COUNTERS
+    from dflash_cli.serving.flags import ServeOptions
     sample = _Sample(results=[], walls=[1.0], counted=dict.fromkeys(SPEC_COUNTERS, 0.0))
     row = _row("dflash[draft=/d/r10]", 1, [sample], ServeOptions(speculative_draft_model_path="/d/r10"))
     assert row["draft_model"] == "/d/r10"
@@ -340,9 +340,9 @@ def test_bench_rows_name_the_drafter_they_measured():
 
 
 def test_bench_row_keeps_the_drafted_token_count_beside_the_block_setting():
-    from dflash_plugin.commands.bench import _row, _Sample
-    from dflash_plugin.serving.bench import SPEC_COUNTERS
-    from dflash_plugin.serving.flags import ServeOptions
+    from dflash_cli.commands.bench import _row, _Sample
+    from dflash_cli.serving.bench import SPEC_COUNTERS
+    from dflash_cli.serving.flags import ServeOptions
     counted = {"vllm:spec_decode_num_drafts": 40.0, "vllm:spec_decode_num_draft_tokens": 110.0,
                "vllm:spec_decode_num_accepted_tokens": 60.0}
     assert set(counted) == set(SPEC_COUNTERS)
@@ -431,9 +431,9 @@ def test_vllm_cpu_serves_in_float32_where_the_cpu_has_no_native_bf16(monkeypatch
 
 
 def test_bench_rows_name_the_dtype_they_ran(monkeypatch):
-    from dflash_plugin.commands.bench import _row, _Sample
-    from dflash_plugin.serving.bench import SPEC_COUNTERS
-    from dflash_plugin.serving.flags import ServeOptions
+    from dflash_cli.commands.bench import _row, _Sample
+    from dflash_cli.serving.bench import SPEC_COUNTERS
+    from dflash_cli.serving.flags import ServeOptions
     sample = _Sample(results=[], walls=[1.0], counted=dict.fromkeys(SPEC_COUNTERS, 0.0))
     monkeypatch.setattr(flags, "is_cpu_vllm", lambda: True)
     monkeypatch.setattr(flags, "default_cpu_dtype", lambda: "float32")

@@ -8,7 +8,7 @@ from server_helpers import make_random_drafter
 
 
 def test_unknown_speculative_algorithm_fails_before_starting_anything():
-    result = subprocess.run([sys.executable, "-m", "dflash_plugin.cli", "serve",
+    result = subprocess.run([sys.executable, "-m", "dflash_cli.main", "serve",
                              "--speculative-algorithm", "MEDUSA"],
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 2
@@ -23,7 +23,7 @@ def test_drafter_for_another_target_fails_before_starting_naming_the_mismatch(
     # pair given to vLLM directly, which the plugin refuses at start-up).
     bad = make_random_drafter(tmp_path / "mismatched-dflash", target_path,
                               target_layer_ids=[1, 8, 14, 20, 40])
-    result = subprocess.run([sys.executable, "-m", "dflash_plugin.cli", "serve",
+    result = subprocess.run([sys.executable, "-m", "dflash_cli.main", "serve",
                              "--speculative-draft-model-path", str(bad), "--dtype", "float32"],
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 2, result.stderr[-3000:]

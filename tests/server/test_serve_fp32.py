@@ -14,7 +14,7 @@ import pytest
 from server_helpers import (MAX_TOKENS, MODEL, PROMPTS, chat_ids, collect_outputs, openai_client,
                             scrape, start_server)
 
-from dflash_plugin.serving.server import is_healthy
+from dflash_cli.serving.server import is_healthy
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.engine]
 
@@ -170,7 +170,7 @@ def test_bench_measurement_against_the_server(server):
     one server per algorithm, too slow for this suite), with two runs pooled per level."""
     from types import SimpleNamespace
 
-    from dflash_plugin.commands.bench import _measure, _row
+    from dflash_cli.commands.bench import _measure, _row
 
     args = SimpleNamespace(max_tokens=12, temperature=0.0, ignore_eos=True, request_timeout=300,
                            num_prompts=4)

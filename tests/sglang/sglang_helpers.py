@@ -108,7 +108,7 @@ class PagedDraftCache:
         from sglang.srt.model_executor.forward_batch_info import ForwardBatch, ForwardMode
         from sglang.srt.model_executor.forward_context import ForwardContext, forward_context
         from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
-        from sglang_ext.torch_attention import TorchDraftAttnBackend
+        from torch_attention import TorchDraftAttnBackend
 
         bs, block = block_ids.shape
         prefix = torch.tensor(prefix_lens)

@@ -91,7 +91,7 @@ def test_no_speculation_drops_the_speculative_flags(tiny):
 def test_shipped_configs_parse_in_sglang(name):
     """configs/sglang-*.yaml as `dflash serve --config` reads them, translated, parsed by SGLang
     (no resolution: the public models are not on this machine)."""
-    from dflash_plugin.serving import flags
+    from dflash_cli.serving import flags
 
     opts = flags.options_from_args(argparse.Namespace(config=str(CONFIGS / name)))
     assert opts.engine == "sglang"

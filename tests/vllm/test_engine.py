@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from dflash_plugin.serving.flags import DRAFT_IDS_EXECUTOR
+from dflash_cli.serving.flags import DRAFT_IDS_EXECUTOR
 
 pytest.importorskip("vllm", reason="needs the vLLM CPU build")
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.engine]

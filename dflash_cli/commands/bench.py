@@ -31,9 +31,9 @@ from importlib.metadata import entry_points
 from pathlib import Path
 
 from dflash_plugin.errors import DFlashError
-from dflash_plugin.serving import bench, flags
-from dflash_plugin.serving.cpu_preload import SWITCH_ENV as CPU_PRELOAD_ENV
-from dflash_plugin.serving.server import Server, ServerExited, free_port
+from dflash_cli.serving import bench, flags
+from dflash_cli.serving.cpu_preload import SWITCH_ENV as CPU_PRELOAD_ENV
+from dflash_cli.serving.server import Server, ServerExited, free_port
 
 HELP = "benchmark none / ngram / native DFlash / plugin DFlash servers over concurrency levels"
 PLUGIN_NAME = flags.VLLM_PLUGIN_NAME

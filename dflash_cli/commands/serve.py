@@ -18,8 +18,8 @@ from __future__ import annotations
 import signal
 import sys
 
-from dflash_plugin.serving import flags
-from dflash_plugin.serving.server import Server, ServerExited
+from dflash_cli.serving import flags
+from dflash_cli.serving.server import Server, ServerExited
 
 HELP = "OpenAI-compatible server with DFlash speculative decoding (vLLM or SGLang)"
 
@@ -35,7 +35,7 @@ def add_arguments(p):
 
 
 def usage_hint(launch: flags.Launch, opts: flags.ServeOptions) -> str:
-    from dflash_plugin.serving.server import local_url
+    from dflash_cli.serving.server import local_url
 
     url = local_url(launch.host, launch.port)
     spec = opts.speculative_algorithm

@@ -8,7 +8,7 @@ Precedence: command line > YAML > built-in default. For the server's environment
 CPU build a fixed KV cache size, and Intel OpenMP + tcmalloc in LD_PRELOAD: cpu_preload.py).
 
 `resolve()` fills in the embedded default model, the shipped drafter and the draft block size;
-`vllm_launch()` turns the result into `python -m dflash_plugin.serving.vllm_main serve ...` (vLLM's
+`vllm_launch()` turns the result into `python -m dflash_cli.serving.vllm_main serve ...` (vLLM's
 own OpenAI server) and `sglang_launch()` asks the SGLang adapter for its command.
 """
 
@@ -27,7 +27,7 @@ import yaml
 from dflash_plugin.cpu_features import default_cpu_dtype
 from dflash_plugin.errors import DFlashError, MismatchError
 from dflash_plugin.pair_check import check_pair_shapes, drafter_shape, target_shape
-from dflash_plugin.serving.cpu_preload import cpu_preload
+from dflash_cli.serving.cpu_preload import cpu_preload
 
 ENGINES = ("vllm", "sglang")
 ALGORITHMS = ("DFLASH", "NGRAM", "NONE")
@@ -547,7 +547,7 @@ def served_dtype(opts: ServeOptions) -> str:
 
 
 def vllm_launch(opts: ServeOptions, python: str = sys.executable) -> Launch:
-    argv = [python, "-m", "dflash_plugin.serving.vllm_main", "serve", opts.model_path,
+    argv = [python, "-m", "dflash_cli.serving.vllm_main", "serve", opts.model_path,
             "--host", opts.host, "--port", str(opts.port)]
     cpu = is_cpu_vllm()
     dtype = opts.dtype
