@@ -25,6 +25,7 @@ import torch.nn.functional as F
 
 HIDDEN, LAYERS, HEADS, KV_HEADS, HEAD_DIM, MLP, VOCAB = 4096, 36, 32, 8, 128, 12288, 151936
 BLOCK = 16
+GROUP = HEADS // KV_HEADS
 FEATURE_LAYERS = 5
 
 
@@ -47,11 +48,16 @@ class Layer:
         h = F.rms_norm(x, (HIDDEN,), self.norm1)
         qkv = h @ self.qkv.t()
         q, k, v = qkv.split([HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM], -1)
-        q = q.view(b, length, HEADS, HEAD_DIM).transpose(1, 2)
         k_cache[:, :, ctx_end - length:ctx_end] = k.view(b, length, KV_HEADS, HEAD_DIM).transpose(1, 2)
         v_cache[:, :, ctx_end - length:ctx_end] = v.view(b, length, KV_HEADS, HEAD_DIM).transpose(1, 2)
-        att = F.scaled_dot_product_attention(q, k_cache, v_cache, attn_mask=mask, enable_gqa=True)
-        x = x + att.transpose(1, 2).reshape(b, length, HEADS * HEAD_DIM) @ self.o.t()
+        # Grouped-query attention without copying K/V per query head (as paged kernels do): the
+        # GROUP query heads sharing a KV head become GROUP * L query rows of that KV head.
+        q = q.view(b, length, KV_HEADS, GROUP, HEAD_DIM).permute(0, 2, 3, 1, 4)
+        q = q.reshape(b, KV_HEADS, GROUP * length, HEAD_DIM)
+        rows = None if mask is None else mask.repeat(GROUP, 1)
+        att = F.scaled_dot_product_attention(q, k_cache, v_cache, attn_mask=rows)
+        att = att.view(b, KV_HEADS, GROUP, length, HEAD_DIM).permute(0, 3, 1, 2, 4)
+        x = x + att.reshape(b, length, HEADS * HEAD_DIM) @ self.o.t()
         h = F.rms_norm(x, (HIDDEN,), self.norm2)
         gate, up = (h @ self.gate_up.t()).chunk(2, -1)
         return x + (F.silu(gate) * up) @ self.down.t()
