@@ -139,7 +139,7 @@ def test_more_prompts_are_new_and_never_near_the_held_out_split():
 
 
 def test_committed_18_prompt_file_is_the_evaluations_subset():
-    """train_data/.../eval_prompts_18.jsonl (what the benches in docs/benchmark-history.md
+    """train_data/.../eval_prompts_18.jsonl (what the benches in docs/benchmarks.md
     ran) must stay the 18 held-out prompts `dflash train --stages evaluate --eval-limit 18`
     evaluates on."""
     from pathlib import Path
