@@ -14,11 +14,6 @@ takes the largest P_ik first across the whole batch and stops once the next one 
 the rate, so drafts shrink as the batch grows (each extra token then costs more relative to what
 it brings) and grow with the drafter's confidence. Which drafts are verified never changes which
 tokens are emitted: verification stays lossless for any K_i.
-
-The preset cost model is an estimate. With a `StepCostFit` the policy re-fits it from the
-engine's timed steps (step_costs.py); with a `RateGuard` it also stops drafting where drafted
-steps are measured slower than plain ones, and with a `WindowGuard` where windows of decoding
-with drafting on are measured slower than windows with it off (rate_guard.py).
 """
 
 from __future__ import annotations
@@ -26,21 +21,14 @@ from __future__ import annotations
 import enum
 import math
 from dataclasses import dataclass, fields, replace
-from typing import TYPE_CHECKING
 
 import torch
-
-from dflash_plugin.rate_guard import RateGuard, WindowGuard, batch_bucket
-
-if TYPE_CHECKING:
-    from dflash_plugin.step_costs import StepCostFit
 
 
 class PolicyMode(enum.Enum):
     ADAPTIVE = "adaptive"  # the cost model below (default)
     FULL = "full"  # always verify the whole block (vLLM's native behaviour)
     OFF = "off"  # never verify drafts; the drafter only keeps its context K/V current
-    STAGGER = "stagger"  # fixed varying lengths per request; exercises variable-length paths
 
 
 @dataclass(frozen=True)
@@ -286,9 +274,7 @@ class DraftPolicy:
 
     def __init__(self, mode: PolicyMode, costs: CostModel, block: int,
                  prior_acceptance: float = 0.7, smoothing: float = 0.1,
-                 explore_every: int = 32, rate_guard: RateGuard | None = None,
-                 probe_every: int = 50, max_probe_every: int = 800,
-                 cost_fit: StepCostFit | None = None, window_guard: WindowGuard | None = None):
+                 explore_every: int = 32):
         if block < 1:
             raise ValueError(f"draft block must be >= 1, got {block}")
         self.mode = mode
@@ -302,45 +288,7 @@ class DraftPolicy:
         self.smoothing = smoothing
         self.explore_every = explore_every
         self.steps_without_drafts = 0
-        self.step = 0
-        # Measured step rates (adaptive mode): where drafting is timed slower than plain
-        # decoding, draft only as a probe that keeps that measurement current: after
-        # `probe_every` vetoed steps, then twice as many after each probe that did not lift the
-        # veto, up to `max_probe_every` (a probe under heavy load costs several plain steps).
-        self.rate_guard = rate_guard
-        self.probe_every = probe_every
-        self.max_probe_every = max(max_probe_every, probe_every)
-        self._vetoed_steps: dict[int, int] = {}  # batch bucket -> vetoed steps since its probe
-        self._probe_gap: dict[int, int] = {}  # batch bucket -> vetoed steps until its next probe
         self._worth_drafting: dict[tuple[int, bool], bool] = {}  # (batch, prior?) -> answer
-        self._drafts_possible: dict[int, bool] = {}  # batch -> could perfect drafts pay off?
-        # Costs re-fitted from timed steps (None: the preset `costs` stays).
-        self.cost_fit = cost_fit
-        if cost_fit is not None:
-            self.costs = cost_fit.costs
-        # A/B windows of drafting on and off, timed as a whole (adaptive mode): where "on" is
-        # measured slower, drafting runs only in its exploration windows.
-        self.window_guard = window_guard
-
-    @property
-    def times_steps(self) -> bool:
-        """Whether the adapter should time its steps and hand them to `record_step`."""
-        return (self.rate_guard is not None or self.cost_fit is not None
-                or self.window_guard is not None)
-
-    def record_step(self, batch: int, target_tokens: int, emitted_tokens: int, drafted: bool,
-                    seconds: float):
-        """One clean, timed decoding step: `batch` requests, `target_tokens` processed by the
-        target (batch + verified drafts), `emitted_tokens` emitted, a draft pass or not."""
-        if self.rate_guard is not None:
-            self.rate_guard.record(batch, drafted, emitted_tokens, seconds)
-        if self.window_guard is not None:
-            self.window_guard.record(batch, emitted_tokens, seconds)
-        if self.cost_fit is not None and self.cost_fit.record(batch, target_tokens, drafted,
-                                                              seconds):
-            self.costs = self.cost_fit.costs
-            self._worth_drafting.clear()
-            self._drafts_possible.clear()
 
     def _drafts_pay_off(self, batch: int, prior: bool) -> bool:
         key = (batch, prior)
@@ -350,36 +298,12 @@ class DraftPolicy:
                                                                self.costs))
         return self._worth_drafting[key]
 
-    def drafts_possible(self, batch: int) -> bool:
-        """Could any drafts be verified at this batch size, however good? False when even a
-        drafter that is always right would not beat plain decoding by the bar under the cost
-        model (and always in mode off): an adapter need not keep the drafter's context for
-        such a step (vllm_ext.context_coverage). Rate and window guards are not consulted: their
-        vetoes are measurements that a later probe may lift."""
-        if self.mode is PolicyMode.OFF:
-            return False
-        if self.mode is not PolicyMode.ADAPTIVE:
-            return True
-        if batch not in self._drafts_possible:
-            always_right = torch.ones(batch, self.block, dtype=torch.float64)
-            self._drafts_possible[batch] = any(plan_draft_lengths(always_right, self.costs))
-        return self._drafts_possible[batch]
-
     def should_draft(self, batch: int) -> bool:
         """Before the draft pass: is any request expected to get drafts verified?"""
         if self.mode is PolicyMode.OFF:
             return False
         if self.mode is not PolicyMode.ADAPTIVE:
             return True
-        if self.window_guard is not None and not self.window_guard.allows_drafting(batch):
-            return False
-        guard = self.rate_guard
-        if guard is not None:
-            if guard.needs_plain_sample(batch):
-                return False
-            if guard.drafting_loses(batch):
-                return self._probe_due(batch_bucket(batch))
-            self._probe_gap.pop(batch_bucket(batch), None)
         if self._drafts_pay_off(batch, prior=False):
             return True
         # The drafter looks unhelpful. Re-check now and then, but only when the load would let
@@ -392,45 +316,18 @@ class DraftPolicy:
         self.steps_without_drafts = 0
         return True
 
-    def _probe_due(self, bucket: int) -> bool:
-        vetoed = self._vetoed_steps.get(bucket, 0) + 1
-        gap = self._probe_gap.get(bucket, self.probe_every)
-        if vetoed < gap:
-            self._vetoed_steps[bucket] = vetoed
-            return False
-        self._vetoed_steps[bucket] = 0
-        self._probe_gap[bucket] = min(2 * gap, self.max_probe_every)
-        return True
-
-    def choose(self, batch: int, confidence: torch.Tensor | None, limit: int,
-               draftable: list[bool] | None = None) -> list[int]:
+    def choose(self, batch: int, confidence: torch.Tensor | None, limit: int) -> list[int]:
         """After the draft pass: draft lengths [B] from the drafts' top-1 probabilities
-        [B, K] (None when the drafter did not report them), each at most `limit`. Rows whose
-        `draftable` entry is False get 0 (their drafts were made from incomplete context)."""
-        self.step += 1
+        [B, K] (None when the drafter did not report them), each at most `limit`."""
         if self.mode is PolicyMode.OFF:
             return [0] * batch
-        if self.mode is PolicyMode.STAGGER:
-            lengths = [(self.step + i) % (limit + 1) for i in range(batch)]
-        elif self.mode is PolicyMode.FULL or confidence is None:
-            lengths = [limit] * batch
-        else:
-            lengths = self._plan(confidence[:, :limit], draftable)
-        if draftable is not None:
-            lengths = [length if ok else 0 for length, ok in zip(lengths, draftable)]
-        return lengths
+        if self.mode is PolicyMode.FULL or confidence is None:
+            return [limit] * batch
+        return self._plan(confidence[:, :limit])
 
-    def _plan(self, confidence: torch.Tensor, draftable: list[bool] | None) -> list[int]:
+    def _plan(self, confidence: torch.Tensor) -> list[int]:
         gains = cumulative_acceptance(self.calibration(confidence))
-        if draftable is not None and not all(draftable):
-            # Learn the curve from the rows that may be verified; the others gain nothing.
-            usable = torch.tensor(draftable)
-            if not usable.any():
-                return [0] * gains.shape[0]
-            gains = gains * usable[:, None]
-            mean = gains[usable].mean(dim=0)
-        else:
-            mean = gains.mean(dim=0)
+        mean = gains.mean(dim=0)
         mean = torch.cat([mean, mean.new_zeros(self.block - mean.numel())])
         self.curve = (1 - self.smoothing) * self.curve + self.smoothing * mean
         self._worth_drafting = {k: v for k, v in self._worth_drafting.items() if k[1]}

@@ -2,11 +2,10 @@
 
 On the same prompts, in one run, prompt by prompt (each prompt runs every variant once, in an
 order that rotates, so a busy machine slows them alike): plain decoding, DFlash verifying a
-fixed N-1 drafts, and the adaptive policy with its preset cost model, with the rate guard, with
-costs re-fitted from timed rounds (step_costs.py), and with both. Each variant keeps one decoder
-across prompts, as a server keeps its policy across requests. Reports tokens/s, speedup over
-plain, tokens per target pass, the fitted costs, and whether every output equals plain
-decoding's. Writes JSON.
+fixed N-1 drafts, and the adaptive policy with its preset cost model. Each variant keeps one
+decoder across prompts, as a server keeps its policy across requests. Reports tokens/s, speedup
+over plain, tokens per target pass, and whether every output equals plain decoding's. Writes
+JSON.
 
     python scripts/compare_draft_policies.py --prompts-file P.jsonl --dtype float32 --output F.json
 """
@@ -26,7 +25,7 @@ from dflash_plugin.prompt_io import encode_user_turn, read_prompts_file, stop_to
 from dflash_plugin.sampling import SamplingParams
 from dflash_plugin.target import TORCH_DTYPES, load_target
 
-VARIANTS = ("plain", "fixed", "preset", "preset+guard", "fit", "fit+guard")
+VARIANTS = ("plain", "fixed", "preset")
 
 
 def parse_args():
@@ -50,9 +49,8 @@ def build_variants(names, target, drafter, fixed_n):
             decoders[name] = None
         elif name == "fixed":
             decoders[name] = SpecDecoder(target, drafter, num_verify_tokens=fixed_n)
-        elif name in ("preset", "preset+guard", "fit", "fit+guard"):
-            decoders[name] = AdaptiveSpecDecoder(target, drafter, rate_guard=name.endswith("guard"),
-                                                 fit_costs=name.startswith("fit"))
+        elif name == "preset":
+            decoders[name] = AdaptiveSpecDecoder(target, drafter)
         else:
             raise SystemExit(f"unknown variant {name!r}; expected some of {VARIANTS}")
     return decoders
@@ -103,9 +101,6 @@ def main():
         row = {"variant": name, "tokens_per_s": round(rate, 2), "speedup": round(rate / plain_rate, 3),
                "tokens_per_pass": round(t["tokens"] / max(t["passes"], 1), 3),
                "identical": f"{t['identical']}/{len(records)}"}
-        decoder = decoders[name]
-        if isinstance(decoder, AdaptiveSpecDecoder) and decoder.policy.cost_fit is not None:
-            row["fitted_costs"] = {k: round(v, 4) for k, v in vars(decoder.policy.costs).items()}
         rows.append(row)
         print(json.dumps(row))
     with open(args.output, "w") as f:

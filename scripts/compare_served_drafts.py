@@ -88,9 +88,9 @@ def run_served(args, served_path: Path):
 
         original_select = drafting_module.Drafting.select
 
-        def recording_select(self, drafts, next_token_ids, draftable=None):
+        def recording_select(self, drafts, next_token_ids):
             record(next_token_ids, drafts)
-            return original_select(self, drafts, next_token_ids, draftable)
+            return original_select(self, drafts, next_token_ids)
 
         drafting_module.Drafting.select = recording_select
     draft = args.draft or str(default_drafter_path())

@@ -4,37 +4,25 @@
 One `Drafting` object lives on each drafter built by this plugin (`DFlashVllmDrafter`).
 
 Environment (read in the worker when the drafter is built):
-  DFLASH_DRAFT_POLICY = adaptive (default) | full | off | stagger
+  DFLASH_DRAFT_POLICY = adaptive (default) | full | off
   DFLASH_COST_MODEL   = "verify_per_token=0.09,draft_fixed=0.15,..." overrides fields of the
                         platform's preset (draft_policy.vllm_cpu_preset: by the target's dtype,
                         the CPU's bf16 support and the draft length / CUDA_COSTS)
-  DFLASH_RATE_GUARD   = off (default) | on | window: time real steps and stop drafting where it
-                        is measured slower than plain decoding (rate_guard.py). "on" compares
-                        single drafted and plain steps (RateGuard); "window" compares windows of
-                        32 steps with drafting on and off, as wholes (WindowGuard). Off, the cost
-                        model alone decides, reproducible from run to run (docs/benchmark-history.md
-                        says why off is the default)
-  DFLASH_COST_FIT     = off (default) | on: re-fit the cost model from the timed steps, starting
-                        from the preset (step_costs.py); experimental, not shown to help yet
   DFLASH_DRAFT_VOCAB  = auto (default) | full: with "auto", a drafter folder that carries its
                         training vocabulary (draft_vocab.json) drafts over those LM-head rows only
   DFLASH_DEFER_CONTEXT = on (default) | off: while no draft pass runs, hold the drafter's
                         context K/V writes and do them in one batched call (context_store.py)
   DFLASH_SAMPLER_SHORTCUT = on (default) | off: steps that verify no drafts skip vLLM's
                         rejection kernels (vllm_ext.zero_draft_sampling)
-  DFLASH_CONTEXT_GAPS = off (default) | on: decoding steps at a batch size where no draft could
-                        pay off store no drafter context; their requests are not drafted again
-                        (vllm_ext.context_coverage)
   DFLASH_STATS_EVERY  = N (default 2000): log what the policy did over the last N steps (draft
-                        passes, passes that handed out no draft, drafts verified and accepted,
-                        the rate guard's measured speedups); 0 turns the log off
+                        passes, passes that handed out no draft, drafts verified and accepted);
+                        0 turns the log off
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -51,23 +39,17 @@ from dflash_plugin.draft_policy import (
     vllm_cpu_costs,
     vllm_cpu_preset,
 )
-from dflash_plugin.rate_guard import RateGuard, WindowGuard
-from dflash_plugin.step_costs import StepCostFit
 from dflash_plugin.switches import switch_from_env
-from vllm_ext.context_coverage import ContextCoverage
 from vllm_ext.context_store import DeferredContext
 
 logger = logging.getLogger(f"vllm.{__name__}")  # under vLLM's log handler
 
 POLICY_ENV = "DFLASH_DRAFT_POLICY"
 COST_MODEL_ENV = "DFLASH_COST_MODEL"
-RATE_GUARD_ENV = "DFLASH_RATE_GUARD"
-COST_FIT_ENV = "DFLASH_COST_FIT"
 DRAFT_VOCAB_ENV = "DFLASH_DRAFT_VOCAB"
 STATS_EVERY_ENV = "DFLASH_STATS_EVERY"
 DEFER_CONTEXT_ENV = "DFLASH_DEFER_CONTEXT"
 SAMPLER_SHORTCUT_ENV = "DFLASH_SAMPLER_SHORTCUT"
-CONTEXT_GAPS_ENV = "DFLASH_CONTEXT_GAPS"
 
 
 def policy_mode_from_env() -> PolicyMode:
@@ -100,39 +82,12 @@ def costs_in_software_bf16(is_cpu: bool, dtype: torch.dtype) -> bool:
     return is_cpu and cpu_compute(dtype, native_bf16()) == "software-bf16"
 
 
-def rate_guard_kind_from_env() -> str:
-    """DFLASH_RATE_GUARD as "off", "step" (on) or "window"."""
-    value = os.environ.get(RATE_GUARD_ENV, "off").strip().lower()
-    if value == "window":
-        return "window"
-    try:  # on and off spelt as for every other switch
-        return "step" if switch_from_env(RATE_GUARD_ENV, default="off") else "off"
-    except ValueError:
-        raise ValueError(f"{RATE_GUARD_ENV}={value!r}: expected off, on or window") from None
-
-
-def rate_guard_from_env() -> RateGuard | None:
-    return RateGuard() if rate_guard_kind_from_env() == "step" else None
-
-
-def window_guard_from_env() -> WindowGuard | None:
-    return WindowGuard() if rate_guard_kind_from_env() == "window" else None
-
-
-def cost_fit_from_env(prior: CostModel) -> StepCostFit | None:
-    return StepCostFit(prior) if switch_from_env(COST_FIT_ENV, default="off") else None
-
-
 def defer_context_from_env() -> bool:
     return switch_from_env(DEFER_CONTEXT_ENV)
 
 
 def sampler_shortcut_from_env() -> bool:
     return switch_from_env(SAMPLER_SHORTCUT_ENV)
-
-
-def context_gaps_from_env() -> bool:
-    return switch_from_env(CONTEXT_GAPS_ENV, default="off")
 
 
 def draft_vocab_from_env() -> bool:
@@ -165,37 +120,11 @@ class StepCounts:
     empty_passes: int = 0  # the draft pass ran but no request got a draft verified
     drafts_handed_out: int = 0
     drafts_accepted: int = 0
-    context_skipped: int = 0  # steps that stored no drafter context (context_coverage)
 
-    def summary(self, policy: DraftPolicy) -> str:
-        text = (f"{self.steps} steps: {self.draft_passes} draft passes ({self.empty_passes} "
+    def summary(self) -> str:
+        return (f"{self.steps} steps: {self.draft_passes} draft passes ({self.empty_passes} "
                 f"handed out nothing), {self.drafts_handed_out} drafts verified, "
-                f"{self.drafts_accepted} accepted, {self.context_skipped} steps stored no "
-                f"context")
-        if policy.cost_fit is not None:
-            text += f"; fitted costs {policy.costs}"
-        if policy.rate_guard is not None:
-            text += f"; rate guard drafted/plain speed {_by_batch(policy.rate_guard)}"
-        if policy.window_guard is not None:
-            text += f"; window guard on/off speed {_by_batch(policy.window_guard)}"
-        return text
-
-
-def _by_batch(guard) -> dict[str, float] | str:
-    """A guard's measured speed ratios keyed by readable batch-size bounds, for the log."""
-    ratios = {f"batch<{2 ** bucket}": round(ratio, 2)
-              for bucket, ratio in sorted(guard.speedups_by_bucket().items())}
-    return ratios or "not measured yet"
-
-
-@dataclass(frozen=True)
-class _StepStart:
-    """What the rate guard needs to time the step that a propose call hands drafts to."""
-
-    started: float  # when that propose call began (so the draft pass is inside the step)
-    batch: int
-    scheduled_tokens: int  # target tokens the next step processes if nothing joins or leaves
-    drafted: bool  # the draft pass ran
+                f"{self.drafts_accepted} accepted")
 
 
 class Drafting:
@@ -203,14 +132,10 @@ class Drafting:
     the drafts handed to the scheduler (to learn from their verification next step)."""
 
     def __init__(self, policy: DraftPolicy, stats_every: int = 0,
-                 deferred_context: DeferredContext | None = None,
-                 coverage: ContextCoverage | None = None):
+                 deferred_context: DeferredContext | None = None):
         self.policy = policy
         # Context writes held back while no draft pass runs (None: write every step).
         self.deferred_context = deferred_context
-        # Which cache slots hold context, so that steps where no draft could pay off may skip
-        # it (None: every step writes its context).
-        self.coverage = coverage
         self.stats_every = stats_every  # log StepCounts every this many steps (0: never)
         self.counts = StepCounts()
         self.confidence: torch.Tensor | None = None  # [rows] from the last compute_logits
@@ -219,16 +144,11 @@ class Drafting:
         # Rows move between steps; the verified tokens themselves identify the request.
         self._pending: dict[tuple[int, ...], torch.Tensor | None] = {}
         self._collecting = False  # inside the hooked draft pass
-        self._step_started = 0.0
-        self._last_step: _StepStart | None = None
-        self._context_seconds = 0.0  # held context writes done since this step began
-        self.clock = time.perf_counter
 
     @property
     def wants_confidence(self) -> bool:
-        """Only inside the hooked draft pass, and only if the policy learns from them
-        (stagger does too, so that tests exercise the feedback path with any drafter)."""
-        return self._collecting and self.policy.mode in (PolicyMode.ADAPTIVE, PolicyMode.STAGGER)
+        """Only inside the hooked draft pass, and only if the policy learns from them."""
+        return self._collecting and self.policy.mode is PolicyMode.ADAPTIVE
 
     @contextmanager
     def collecting_confidence(self):
@@ -245,25 +165,16 @@ class Drafting:
         target_token_ids [T]: this step's target input (per request: bonus token, then the
         drafts it verified); num_rejected [B]: how many of those drafts were rejected.
         """
-        self._step_started = self.clock()
         self._learn(target_token_ids, query_start_loc_cpu, num_rejected)
-        self._context_seconds = 0.0
         self._count_step()
 
     def flush_context(self, drafter):
-        """Do the held context writes now (before a draft pass, or when the queue is full).
-
-        Their time is left out of the step's timing: every step's tokens need that write, drafted
-        or not, so charging the whole backlog to the step that flushes it would make drafted
-        steps look slower the longer drafting had been vetoed (and so keep it vetoed)."""
-        began = self.clock()
+        """Do the held context writes now (before a draft pass, or when the queue is full)."""
         self.deferred_context.flush(drafter)
-        self._context_seconds += self.clock() - began
 
     def _learn(self, target_token_ids, query_start_loc_cpu, num_rejected):
         starts = query_start_loc_cpu.tolist()
         rejected = num_rejected.tolist() if num_rejected is not None else None
-        self._time_last_step(starts, rejected)
         pending, self._pending = self._pending, {}
         if not pending or rejected is None:
             return
@@ -283,38 +194,18 @@ class Drafting:
     def _count_step(self):
         self.counts.steps += 1
         if self.stats_every and self.counts.steps >= self.stats_every:
-            logger.info("dflash plugin: %s", self.counts.summary(self.policy))
+            logger.info("dflash plugin: %s", self.counts.summary())
             self.counts = StepCounts()
 
-    def _time_last_step(self, starts: list[int], rejected: list[int] | None):
-        """Give the policy the last step's timing (rate guard, cost fit), if that step was a
-        clean decoding step: the same requests, each verifying exactly what it was handed (a
-        joining prefill or a leaving request would make its time say nothing about drafting)."""
-        last, self._last_step = self._last_step, None
-        if last is None or not self.policy.times_steps:
-            return
-        batch, processed = len(starts) - 1, starts[-1]
-        if batch != last.batch or processed != last.scheduled_tokens:
-            return
-        drafts = processed - batch
-        tokens = batch + drafts - (sum(rejected) if (rejected and drafts) else 0)
-        self.policy.record_step(batch, processed, tokens, last.drafted,
-                                self._step_started - last.started - self._context_seconds)
-
-    def _step_handed_out(self, batch: int, num_drafts: int, drafted: bool):
-        self._last_step = _StepStart(self._step_started, batch, batch + num_drafts, drafted)
-
-    def select(self, drafts: torch.Tensor, next_token_ids: torch.Tensor,
-               draftable: list[bool] | None = None) -> list[list[int]]:
-        """drafts [B, K] -> each request's drafts to verify (a prefix, possibly empty); rows
-        whose `draftable` entry is False (context with gaps) get none."""
+    def select(self, drafts: torch.Tensor, next_token_ids: torch.Tensor) -> list[list[int]]:
+        """drafts [B, K] -> each request's drafts to verify (a prefix, possibly empty)."""
         batch, block = drafts.shape
         confidence, self.confidence = self.confidence, None
         if confidence is not None and confidence.numel() == batch * block:
             confidence = confidence.view(batch, block)
         else:
             confidence = None
-        lengths = self.policy.choose(batch, confidence, block, draftable)
+        lengths = self.policy.choose(batch, confidence, block)
         rows = drafts.tolist()
         bonus = next_token_ids.tolist()
         selected = []
@@ -323,22 +214,11 @@ class Drafting:
             if length:
                 self._pending[(bonus[i], *row[:length])] = (
                     confidence[i, :length] if confidence is not None else None)
-        self._step_handed_out(batch, sum(lengths), drafted=True)
         self.counts.draft_passes += 1
         self.counts.empty_passes += not any(lengths)
         self.counts.drafts_handed_out += sum(lengths)
         return selected
 
-    def skipped(self, batch: int):
+    def skipped(self):
         """No draft pass ran this step."""
         self.confidence = None
-        self._step_handed_out(batch, 0, drafted=False)
-
-    def stores_context(self, batch: int, decoding_only: bool) -> bool:
-        """Whether a step of `batch` requests without a draft pass must store its context:
-        always, unless coverage is tracked, the step only decodes and no draft could pay off at
-        this batch size. Prompt tokens always get their context: vLLM's prefix cache may serve
-        a prompt's blocks to later requests (a shared system prompt to all of them), and a gap
-        there would keep every one of those from being drafted."""
-        return (self.coverage is None or not decoding_only
-                or self.policy.drafts_possible(batch))

@@ -32,21 +32,16 @@ from dflash_plugin.draft_vocab import draft_vocab_logits, read_draft_vocab, to_f
 from dflash_plugin.pair_check import (DrafterShape, TargetShape, check_pair_shapes,
                                        drafter_shape)
 from vllm_ext.context_norm import grouped_rms_norm_works, rms_norm_per_layer
-from vllm_ext.context_coverage import ContextCoverage
 from vllm_ext.context_store import DeferredContext
 from vllm_ext.drafting import (
     Drafting,
-    context_gaps_from_env,
-    cost_fit_from_env,
     cost_model_from_env,
     costs_in_software_bf16,
     defer_context_from_env,
     draft_vocab_from_env,
     policy_mode_from_env,
-    rate_guard_from_env,
     sampler_shortcut_from_env,
     stats_every_from_env,
-    window_guard_from_env,
 )
 from vllm_ext.patches import install_propose_patch
 from vllm_ext.zero_draft_sampling import install_zero_draft_sampling
@@ -127,12 +122,9 @@ class DFlashVllmDrafter(DFlashQwen3ForCausalLM):
                            "drafts costs nearly a plain step per token: the draft policy will "
                            "not draft. Serve in float32 (--dtype float32, dflash serve's default "
                            "here) for speculation to pay", vllm_config.model_config.dtype)
-        policy = DraftPolicy(policy_mode_from_env(), costs, block=spec.num_speculative_tokens,
-                             rate_guard=rate_guard_from_env(), cost_fit=cost_fit_from_env(costs),
-                             window_guard=window_guard_from_env())
+        policy = DraftPolicy(policy_mode_from_env(), costs, block=spec.num_speculative_tokens)
         deferred = DeferredContext() if defer_context_from_env() else None
-        coverage = ContextCoverage() if context_gaps_from_env() else None
-        self.dflash_drafting = Drafting(policy, stats_every_from_env(), deferred, coverage)
+        self.dflash_drafting = Drafting(policy, stats_every_from_env(), deferred)
         if not install_propose_patch():
             self.dflash_drafting = None
         elif sampler_shortcut_from_env():
@@ -142,13 +134,9 @@ class DFlashVllmDrafter(DFlashQwen3ForCausalLM):
         if draft_vocab_from_env() and self._plain_logits():
             self.dflash_draft_ids = read_draft_vocab(spec.draft_model_config.model,
                                                      vllm_config.model_config.get_vocab_size())
-        logger.info("dflash plugin: drafter %s, draft policy %s, costs %s (%s), rate guard %s, "
-                    "context writes %s%s, draft head %s", spec.draft_model_config.model,
-                    policy.mode.value, policy.costs,
-                    "re-fitted from timed steps" if policy.cost_fit else "fixed",
-                    "on" if policy.rate_guard else "off",
-                    "deferred while not drafting" if deferred else "every step",
-                    ", skipped where no draft could pay off" if coverage else "",
+        logger.info("dflash plugin: drafter %s, draft policy %s, costs %s, context writes %s, "
+                    "draft head %s", spec.draft_model_config.model, policy.mode.value,
+                    policy.costs, "deferred while not drafting" if deferred else "every step",
                     "full vocabulary" if self.dflash_draft_ids is None
                     else f"{self.dflash_draft_ids.numel()} training-vocabulary rows")
 

@@ -21,11 +21,6 @@ P1  Target:  vllm.v1.spec_decode.dflash.DFlashProposer.propose  (V1 model runner
              by default that write is held back and done in one batched call before the next
              draft pass (vllm_ext.context_store), which reads the proposer's context position
              and slot buffers (checked at run time, written every step if they are missing).
-             With DFLASH_CONTEXT_GAPS=on (opt-in), a decoding step (no prompt tokens) at a batch
-             size where no draft could pay off skips even that: its slots are marked as holding
-             no context, and requests with such gaps get no drafts verified
-             (vllm_ext.context_coverage); the draft pass is skipped if no request in the batch
-             has its whole context.
              It also turns on the proposer's `use_local_argmax_reduction` for these drafters, so
              greedy drafts come from the drafter's `get_top_tokens` (vllm_ext.model): with a
              draft vocabulary no full-vocabulary logits are built (skipped, with a log line, if
@@ -99,33 +94,20 @@ def _load_aware_propose(original):
         batch = cad.batch_size()
         drafting.learn(target_token_ids[:cad.num_actual_tokens], cad.query_start_loc_cpu,
                        num_rejected_tokens_gpu)
-        coverage = _coverage_of(self, drafting)
-        draftable = None  # rows whose context is whole (None: not tracked, all of them)
-        drafts_wanted = num_speculative_tokens > 0 and drafting.policy.should_draft(batch)
-        if drafts_wanted and coverage is not None:
-            draftable = coverage.rows_complete(
-                cad.block_table_tensor[:batch], _context_before_step(cad), self.block_size)
-            drafts_wanted = any(draftable)
-        if not drafts_wanted:
-            drafting.skipped(batch)
+        if num_speculative_tokens <= 0 or not drafting.policy.should_draft(batch):
+            drafting.skipped()
             self.num_speculative_tokens = num_speculative_tokens  # as the original does first
             self._last_draft_probs = None
-            context = (target_token_ids, target_positions, target_hidden_states, next_token_ids,
-                       cad, num_rejected_tokens_gpu)
-            if coverage is not None and not drafting.stores_context(batch,
-                                                                    _decoding_only(self, cad)):
-                _skip_context(self, drafting, *context)
-            else:
-                _store_context_only(self, drafting, *context)
+            _store_context_only(self, drafting, target_token_ids, target_positions,
+                                target_hidden_states, next_token_ids, cad,
+                                num_rejected_tokens_gpu)
             return [[] for _ in range(batch)]
         if drafting.deferred_context is not None:
             drafting.flush_context(self.model)  # the draft pass reads that context
         _prefer_drafter_top_tokens(self)
         with drafting.collecting_confidence():
             drafts = original(self, *args)
-        if coverage is not None:  # the original wrote this step's context
-            coverage.record(_context_slots(self, target_token_ids), written=True)
-        return drafting.select(drafts, next_token_ids, draftable)
+        return drafting.select(drafts, next_token_ids)
 
     return propose
 
@@ -155,29 +137,6 @@ def _drafting_of(proposer):
     return getattr(model, "dflash_drafting", None)
 
 
-def _coverage_of(proposer, drafting):
-    """The drafter's context coverage, if tracked and this vLLM's proposer exposes the context
-    slots it needs (dropped for good, with a warning, otherwise)."""
-    if drafting.coverage is not None and not _has_context_buffers(proposer):
-        drafting.coverage = None
-    return drafting.coverage
-
-
-def _context_before_step(cad) -> torch.Tensor:
-    """[B] context length of each request before this step's tokens (those processed by
-    earlier steps; vLLM has already taken rejected drafts off them)."""
-    batch = cad.batch_size()
-    query_lens = cad.query_start_loc[1:batch + 1] - cad.query_start_loc[:batch]
-    return cad.seq_lens[:batch] - query_lens
-
-
-def _decoding_only(proposer, cad) -> bool:
-    """No row of this step carries prompt tokens: each has at most a bonus token and the
-    drafts it verified. (A prompt chunk this short would count as decoding; chat prompts and
-    vLLM's prefill chunks are longer.)"""
-    return cad.max_query_len <= 1 + proposer.vllm_config.speculative_config.num_speculative_tokens
-
-
 def _context_slots(proposer, target_token_ids) -> torch.Tensor:
     """This step's context slots, as set_inputs_first_pass left them (a view of a buffer the
     proposer reuses every step)."""
@@ -195,16 +154,6 @@ def _set_context_inputs(proposer, target_token_ids, target_positions, features,
     return num_tokens
 
 
-def _skip_context(proposer, drafting, target_token_ids, target_positions,
-                  target_hidden_states, next_token_ids, cad, num_rejected_tokens_gpu):
-    """A step at a batch size where no draft could pay off: no context projection or write,
-    only its slots marked as not holding context (vllm_ext.context_coverage)."""
-    _set_context_inputs(proposer, target_token_ids, target_positions, target_hidden_states,
-                        next_token_ids, cad, num_rejected_tokens_gpu)
-    drafting.coverage.record(_context_slots(proposer, target_token_ids), written=False)
-    drafting.counts.context_skipped += 1
-
-
 def _store_context_only(proposer, drafting, target_token_ids, target_positions,
                         target_hidden_states, next_token_ids, cad, num_rejected_tokens_gpu):
     """What the original propose does before its query pass: project the new target features
@@ -219,8 +168,6 @@ def _store_context_only(proposer, drafting, target_token_ids, target_positions,
                 else proposer.model.combine_hidden_states(target_hidden_states))
     num_tokens = _set_context_inputs(proposer, target_token_ids, target_positions, features,
                                      next_token_ids, cad, num_rejected_tokens_gpu)
-    if drafting.coverage is not None:  # only set when the proposer has the context buffers
-        drafting.coverage.record(_context_slots(proposer, target_token_ids), written=True)
     if deferred is None:
         proposer.build_model_inputs_first_pass(num_tokens, num_tokens, None)
         return
@@ -243,6 +190,6 @@ def _has_context_buffers(proposer) -> bool:
     if not ok and not getattr(proposer, "_dflash_context_buffers_warned", False):
         proposer._dflash_context_buffers_warned = True
         logger.warning("dflash plugin: DFlashProposer has no %s; context K/V is written every "
-                       "step, neither deferred nor skipped under load",
+                       "step, not deferred",
                        " / ".join(CONTEXT_BUFFERS))
     return ok

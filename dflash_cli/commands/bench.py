@@ -12,7 +12,7 @@ next to it, and each server's log as <stem>.<algorithm>.log. The model flags are
 `dflash serve` (including --config and pass-through engine arguments).
 
 A plugin row can carry its own DFLASH_* settings, to compare them side by side in one run:
-`--algorithms 'none,dflash,dflash[DFLASH_RATE_GUARD=on;DFLASH_COST_FIT=on]'` starts one plugin
+`--algorithms 'none,dflash,dflash[DFLASH_DRAFT_POLICY=off;DFLASH_DEFER_CONTEXT=off]'` starts one plugin
 server per variant; its rows are named as written. A DFlash row (plugin or native) can also name
 its own drafter, to compare two checkpoints in one run: `dflash[draft=/path/to/other/drafter]`,
 and its own block, `dflash[draft_tokens=8]` (as --speculative-num-draft-tokens).
@@ -62,7 +62,8 @@ def _file_safe(text: str) -> str:
 
 
 def parse_algorithm(text: str) -> Variant:
-    """'dflash[DFLASH_COST_FIT=off;draft=/d]' -> Variant('dflash', {'DFLASH_COST_FIT': 'off'}, '/d')."""
+    """'dflash[DFLASH_DRAFT_POLICY=off;draft=/d]' -> Variant('dflash', {'DFLASH_DRAFT_POLICY': 'off'},
+    '/d')."""
     match = _VARIANT.fullmatch(text)
     base = match["base"] if match else None
     if base not in bench.ALGORITHMS:
@@ -110,7 +111,7 @@ def _positive_int(value: str, entry: str) -> int:
 def add_arguments(p):
     p.add_argument("--algorithms", default=",".join(bench.ALGORITHMS),
                    help=f"comma list from {', '.join(bench.ALGORITHMS)}; a plugin row may set "
-                        "its own DFLASH_* variables: 'dflash[DFLASH_RATE_GUARD=on;...]', and a "
+                        "its own DFLASH_* variables: 'dflash[DFLASH_DRAFT_POLICY=off;...]', and a "
                         "DFlash row its own drafter and block: 'dflash[draft=PATH;draft_tokens=8]'")
     p.add_argument("--concurrency", default="1,4,16,32", help="comma list of concurrency levels")
     p.add_argument("--prompts-file", help='JSONL with {"prompt": ...} per line (default: 32 '

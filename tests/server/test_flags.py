@@ -280,22 +280,22 @@ def test_bench_plugin_variants_carry_their_own_settings():
     from dflash_cli.commands.bench import Variant, parse_algorithm
     assert parse_algorithm("dflash") == Variant("dflash", {}, None)
     assert parse_algorithm("dflash-native") == Variant("dflash-native", {}, None)
-    assert parse_algorithm("dflash[DFLASH_COST_FIT=off; DFLASH_RATE_GUARD=off]") == Variant(
-        "dflash", {"DFLASH_COST_FIT": "off", "DFLASH_RATE_GUARD": "off"}, None)
+    assert parse_algorithm("dflash[DFLASH_DEFER_CONTEXT=off; DFLASH_DRAFT_POLICY=off]") == Variant(
+        "dflash", {"DFLASH_DEFER_CONTEXT": "off", "DFLASH_DRAFT_POLICY": "off"}, None)
     # Two drafters side by side in one run: each DFlash row may name its own.
-    assert parse_algorithm("dflash[draft=/d/r10;DFLASH_RATE_GUARD=off]") == Variant(
-        "dflash", {"DFLASH_RATE_GUARD": "off"}, "/d/r10")
+    assert parse_algorithm("dflash[draft=/d/r10;DFLASH_DRAFT_POLICY=off]") == Variant(
+        "dflash", {"DFLASH_DRAFT_POLICY": "off"}, "/d/r10")
     assert parse_algorithm("dflash-native[draft=/d/r10]") == Variant("dflash-native", {}, "/d/r10")
     # ... and its own block (tokens per verify pass, as --speculative-num-draft-tokens).
-    assert parse_algorithm("dflash[draft_tokens=8;DFLASH_RATE_GUARD=off]") == Variant(
-        "dflash", {"DFLASH_RATE_GUARD": "off"}, None, 8)
+    assert parse_algorithm("dflash[draft_tokens=8;DFLASH_DRAFT_POLICY=off]") == Variant(
+        "dflash", {"DFLASH_DRAFT_POLICY": "off"}, None, 8)
     assert parse_algorithm("dflash-native[draft_tokens=4]").draft_tokens == 4
     # Settings of the server process itself go on any row, the plugin's on its rows only.
     assert parse_algorithm("none[DFLASH_CPU_PRELOAD=off]") == Variant(
         "none", {"DFLASH_CPU_PRELOAD": "off"})
     assert parse_algorithm("dflash-native[DFLASH_CPU_PRELOAD=off]").env == {
         "DFLASH_CPU_PRELOAD": "off"}
-    for bad in ("none[DFLASH_RATE_GUARD=on]", "ngram[draft=/d]"):
+    for bad in ("none[DFLASH_DRAFT_POLICY=on]", "ngram[draft=/d]"):
         with pytest.raises(DFlashError, match="take settings other than DFLASH_CPU_PRELOAD"):
             parse_algorithm(bad)
     for bad in ("dflash[draft_tokens=1]", "dflash[draft_tokens=eight]", "dflash[draft_tokens=]"):
@@ -315,10 +315,10 @@ def test_bench_row_options_carry_the_rows_drafter_and_environment():
     from dflash_cli.commands.bench import Variant, _row_options
     from dflash_cli.serving.flags import ServeOptions
     base = ServeOptions(speculative_draft_model_path="/shipped", env={"FROM_YAML": "1"})
-    other = _row_options(base, Variant("dflash", {"DFLASH_COST_FIT": "on"}, "/d/r10"))
+    other = _row_options(base, Variant("dflash", {"DFLASH_DEFER_CONTEXT": "on"}, "/d/r10"))
     assert other.speculative_algorithm == "DFLASH"
     assert other.speculative_draft_model_path == "/d/r10"
-    assert other.env["FROM_YAML"] == "1" and other.env["DFLASH_COST_FIT"] == "on"
+    assert other.env["FROM_YAML"] == "1" and other.env["DFLASH_DEFER_CONTEXT"] == "on"
     assert _row_options(base, Variant("dflash")).speculative_draft_model_path == "/shipped"
     assert _row_options(base, Variant("dflash", draft_tokens=8)).speculative_num_draft_tokens == 8
     assert _row_options(base, Variant("dflash")).speculative_num_draft_tokens is None
@@ -368,11 +368,11 @@ def test_bench_row_with_its_own_drafter_is_checked_before_any_server(tmp_path, r
 
 @pytest.mark.parametrize("argv, message", [
     (["--algorithms", "none,eagle"], "unknown --algorithms entry 'eagle'"),
-    (["--algorithms", "ngram[DFLASH_COST_FIT=off]"], "only the DFlash rows"),
+    (["--algorithms", "ngram[DFLASH_DEFER_CONTEXT=off]"], "only the DFlash rows"),
     (["--algorithms", "dflash[VLLM_PLUGINS=x]"], "is not DFLASH_NAME=value, draft=PATH or draft_tokens=N"),
-    (["--algorithms", "dflash-native[DFLASH_COST_FIT=off]"], "only the plugin's rows take"),
+    (["--algorithms", "dflash-native[DFLASH_DEFER_CONTEXT=off]"], "only the plugin's rows take"),
     (["--algorithms", "dflash[draft=]"], "draft= needs a drafter path"),
-    (["--algorithms", "none,dflash[DFLASH_COST_FIT=on"], "brackets do not pair up"),
+    (["--algorithms", "none,dflash[DFLASH_DEFER_CONTEXT=on"], "brackets do not pair up"),
     (["--algorithms", "none,dflash]"], "brackets do not pair up"),
     (["--algorithms", " , "], "--algorithms is empty"),
     (["--concurrency", "1,x"], "comma list of integers"),

@@ -21,6 +21,8 @@ pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.engine]
 CONTEXT = 1024
 COMMON = ["--dtype", "float32", "--context-length", str(CONTEXT)]
 ENGINE = ["--", "--enforce-eager"]
+CHEAP_DRAFTS = ("verify_fixed=1,verify_per_token=0.02,draft_fixed=0,draft_per_request=0,"
+                "min_speedup=1,min_speedup_batched=1")
 
 
 @pytest.fixture(scope="module")
@@ -36,14 +38,15 @@ def baseline(server_logs, target_path):
 
 @pytest.fixture(scope="module")
 def server(baseline, server_logs, drafter):
-    # "stagger" verifies 0..15 drafts per request, varying every step, so the token-identity
-    # tests below always check verified drafts of every length: the default load-aware policy
-    # may verify none with a weak drafter on this CPU (its own losslessness is tested in
-    # tests/vllm/test_engine.py; test_serve_bf16.py verifies full blocks).
+    # The load-aware policy with draft passes priced at nothing and verified drafts cheap: it
+    # drafts every step and verifies, per request, as many drafts as their confidence is worth
+    # (0..15, varying), so the token-identity tests below check verified drafts of many
+    # lengths; under the CPU preset it may verify none with a weak drafter (test_engine.py
+    # covers the policies in-process; test_serve_bf16.py verifies full blocks).
     # The whole block on every CPU (without native bf16 dflash serve would default to 4 tokens).
     server = start_server(server_logs / "fp32-dflash.log", "--speculative-draft-model-path",
                           str(drafter), "--speculative-num-draft-tokens", "16", *COMMON, *ENGINE,
-                          env={"DFLASH_DRAFT_POLICY": "stagger"})
+                          env={"DFLASH_COST_MODEL": CHEAP_DRAFTS})
     yield server
     server.stop()
 

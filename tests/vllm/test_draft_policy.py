@@ -137,46 +137,8 @@ def test_policy_modes():
     assert not off.should_draft(1) and off.choose(3, confidence, BLOCK) == [0, 0, 0]
     full = DraftPolicy(PolicyMode.FULL, CPU_COSTS, BLOCK)
     assert full.should_draft(64) and full.choose(3, None, BLOCK) == [BLOCK] * 3
-    stagger = DraftPolicy(PolicyMode.STAGGER, CPU_COSTS, BLOCK)
-    lengths = [n for _ in range(BLOCK + 1) for n in stagger.choose(3, None, BLOCK)]
-    assert set(lengths) == set(range(BLOCK + 1))
     adaptive = DraftPolicy(PolicyMode.ADAPTIVE, CPU_COSTS, BLOCK)
     assert adaptive.choose(2, None, 7) == [7, 7]  # no confidences reported: vLLM's behaviour
-
-
-def test_drafts_possible_asks_whether_even_perfect_drafts_would_pay():
-    policy = DraftPolicy(PolicyMode.ADAPTIVE, CPU_COSTS, BLOCK)
-    possible = [policy.drafts_possible(batch) for batch in (1, 4, 16, 64, 256)]
-    assert possible[0] and not possible[-1]
-    assert possible == sorted(possible, reverse=True)  # once lost with load, it stays lost
-    # A learnt curve near zero does not change the answer: it is about the batch, not the drafter.
-    for _ in range(40):
-        policy.choose(1, torch.full((1, BLOCK), 1e-4), BLOCK)
-    assert policy.drafts_possible(1)
-    assert not DraftPolicy(PolicyMode.OFF, CPU_COSTS, BLOCK).drafts_possible(1)
-    assert DraftPolicy(PolicyMode.FULL, CPU_COSTS, BLOCK).drafts_possible(256)
-
-
-def test_rows_that_may_not_be_drafted_get_nothing_in_every_mode():
-    confidence = torch.full((3, BLOCK), 0.99)
-    draftable = [True, False, True]
-    adaptive = DraftPolicy(PolicyMode.ADAPTIVE, CPU_COSTS, BLOCK)
-    lengths = adaptive.choose(3, confidence, BLOCK, draftable)
-    assert lengths[1] == 0 and lengths[0] == lengths[2] > 0
-    assert adaptive.choose(3, confidence, BLOCK, [False] * 3) == [0, 0, 0]
-    full = DraftPolicy(PolicyMode.FULL, CPU_COSTS, BLOCK)
-    assert full.choose(3, None, BLOCK, draftable) == [BLOCK, 0, BLOCK]
-    stagger = DraftPolicy(PolicyMode.STAGGER, CPU_COSTS, BLOCK)
-    assert all(stagger.choose(3, None, BLOCK, draftable)[1] == 0 for _ in range(BLOCK + 1))
-
-
-def test_the_curve_is_learnt_from_draftable_rows_only():
-    sure, unsure = torch.full((1, BLOCK), 0.99), torch.full((1, BLOCK), 0.01)
-    learnt = DraftPolicy(PolicyMode.ADAPTIVE, CPU_COSTS, BLOCK, smoothing=1.0)
-    learnt.choose(2, torch.cat([sure, unsure]), BLOCK, [True, False])
-    alone = DraftPolicy(PolicyMode.ADAPTIVE, CPU_COSTS, BLOCK, smoothing=1.0)
-    alone.choose(1, sure, BLOCK)
-    assert torch.equal(learnt.curve, alone.curve)
 
 
 def test_batch_size_schedule_for_engines_without_per_request_lengths():

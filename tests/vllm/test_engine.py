@@ -1,8 +1,9 @@
 """vLLM engines with and without the plugin: lossless output, metrics, native fallback.
 
 One module-scoped fixture starts the engines one after another (never two at once) and
-collects everything the tests check: no speculation, the plugin (every draft policy, switched
-inside the worker), and vLLM's native DFlash with the plugin excluded through VLLM_PLUGINS.
+collects everything the tests check: no speculation, the plugin (every draft policy, and a
+test-only policy that staggers draft lengths, switched inside the worker), and vLLM's native
+DFlash with the plugin excluded through VLLM_PLUGINS.
 The plugin runs the shipped (trained) drafter; a last engine runs a random drafter (every draft
 rejected) for the checks that need one.
 """
@@ -36,15 +37,6 @@ PROMPTS = [f"{opening} {topic}" for opening, topic in zip(
      "a busy market.", "coffee?", "the ocean.", "autumn leaves.", "honeybees.", "gravity?",
      "a dragon who bakes.", "saving money.", "a mountain village.", "board games?"])]
 SINGLE_PROMPTS = PROMPTS[:8]
-# Two requests started together, the first stopping after SHORT_TOKENS; under LONE_REQUEST_COSTS
-# (drafts pay off for one request, never for two) their shared decoding steps store no drafter
-# context, so the second is not drafted once alone; started alone, it is. The engine core may
-# start the first request a step early, alone (and drafted): it can then emit at most 1 + K + 1
-# tokens in its first two steps, so SHORT_TOKENS leaves at least one decoding step shared.
-GAP_PROMPTS = ["Explain how a bicycle stays upright.", "Write a short poem about the sea."]
-SHORT_TOKENS = K + 5
-LONE_REQUEST_COSTS = dict(verify_fixed=1.0, verify_per_token=0.0, draft_fixed=0.0,
-                          draft_per_request=0.0, min_speedup=1.0, min_speedup_batched=100.0)
 # A held-out prompt (real chat text, so drafts pass and blocks start all over the answer) whose
 # served draft blocks are compared with the reference path's.
 DRAFT_CHECK_PROMPT = Path(__file__).parents[2] / "train_data/smollm2-135m/eval_prompts_18.jsonl"
@@ -88,14 +80,10 @@ def engine(target, drafter=None, **extra):
         gc.collect()
 
 
-def generate(llm, prompts, one_at_a_time=False, max_tokens=None):
-    """Greedy answers of MAX_TOKENS (or max_tokens[i] for prompt i)."""
+def generate(llm, prompts, one_at_a_time=False):
+    """Greedy answers of MAX_TOKENS."""
     from vllm import SamplingParams
 
-    if max_tokens is not None:
-        params = [SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True)
-                  for n in max_tokens]
-        return llm.generate(prompts, params, use_tqdm=False)
     params = SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS, ignore_eos=True)
     if one_at_a_time:
         return [out for p in prompts for out in llm.generate([p], params, use_tqdm=False)]
@@ -109,12 +97,6 @@ def token_ids(outputs):
 def spec_counters(llm):
     return {m.name.removeprefix("vllm:spec_decode_"): m.value for m in llm.get_metrics()
             if m.name.startswith("vllm:spec_decode_num") and hasattr(m, "value")}
-
-
-def drafted_tokens(output) -> int:
-    """Drafted tokens the target verified for one request (per-request metrics)."""
-    metrics = output.outputs[0].spec_decode_metrics
-    return 0 if metrics is None else metrics.num_draft_tokens
 
 
 def counted(llm, run):
@@ -131,35 +113,26 @@ def worker_calls():
     def drafter_class(worker):
         return type(worker.model_runner.drafter.model).__name__
 
-    def set_policy(worker, mode, costs=None):
-        """A new policy of this mode; with `costs` (CostModel fields), a cost model of
-        those and no rate guard, else the preset and, adaptive, a rate guard."""
-        from dflash_plugin.draft_policy import CostModel, DraftPolicy, PolicyMode
-        from dflash_plugin.rate_guard import RateGuard
+    def set_policy(worker, mode):
+        """A new policy of this mode with the preset costs. "stagger" (tests only) verifies
+        0..K drafts per request, varying every step, so every draft length gets verified with
+        any drafter; it reads confidences as the adaptive policy does."""
+        from dflash_plugin.draft_policy import DraftPolicy, PolicyMode
+
+        class StaggerPolicy(DraftPolicy):
+            def should_draft(self, batch):
+                return True
+
+            def choose(self, batch, confidence, limit):
+                self.staggered = getattr(self, "staggered", 0) + 1
+                return [(self.staggered + i) % (limit + 1) for i in range(batch)]
 
         drafting = worker.model_runner.drafter.model.dflash_drafting
         old = drafting.policy
-        # as with DFLASH_RATE_GUARD=on
-        guard = RateGuard() if mode == "adaptive" and costs is None else None
-        drafting.policy = DraftPolicy(PolicyMode(mode), old.costs if costs is None
-                                      else CostModel(**costs), old.block, rate_guard=guard)
-
-    def track_context(worker):
-        """Turn on context coverage (as DFLASH_CONTEXT_GAPS=on would at start-up)."""
-        from vllm_ext.context_coverage import ContextCoverage
-
-        worker.model_runner.drafter.model.dflash_drafting.coverage = ContextCoverage()
-
-    def context_skipped_tokens(worker):
-        coverage = worker.model_runner.drafter.model.dflash_drafting.coverage
-        return None if coverage is None else coverage.skipped_tokens
-
-    def timed_steps(worker):
-        """Clean decoding steps the rate guard measured, per arm."""
-        guard = worker.model_runner.drafter.model.dflash_drafting.policy.rate_guard
-        arms = guard._arms.items() if guard is not None else ()
-        return {arm: sum(a.samples for (_, drafted), a in arms if drafted == (arm == "drafted"))
-                for arm in ("plain", "drafted")}
+        if mode == "stagger":
+            drafting.policy = StaggerPolicy(PolicyMode.ADAPTIVE, old.costs, old.block)
+        else:
+            drafting.policy = DraftPolicy(PolicyMode(mode), old.costs, old.block)
 
     def record_drafts(worker, draft_every, store_context, defer_context=True):
         """Log every draft pass's [B, K] drafts; run the draft pass on one step in
@@ -175,9 +148,9 @@ def worker_calls():
         drafting.deferred_context = DeferredContext() if defer_context else None
         select = type(drafting).select.__get__(drafting)
 
-        def logging_select(drafts, next_token_ids, draftable=None):
+        def logging_select(drafts, next_token_ids):
             drafting.log.append(drafts.tolist())
-            return select(drafts, next_token_ids, draftable)
+            return select(drafts, next_token_ids)
 
         def should_draft(batch):
             drafting.calls += 1
@@ -250,13 +223,12 @@ def worker_calls():
 
         return ShortCutCounter.steps
 
-    return dict(drafter_class=drafter_class, set_policy=set_policy, timed_steps=timed_steps,
+    return dict(drafter_class=drafter_class, set_policy=set_policy,
                 drafts_via_top_tokens=drafts_via_top_tokens,
                 count_bundled_rpcs=count_bundled_rpcs, bundled_rpcs=bundled_rpcs,
                 sampler_short_cuts=sampler_short_cuts,
                 record_drafts=record_drafts, draft_log=draft_log, drafts_seen=drafts_seen,
-                draft_head_check=draft_head_check, track_context=track_context,
-                context_skipped_tokens=context_skipped_tokens)
+                draft_head_check=draft_head_check)
 
 
 def served_draft_blocks(llm, calls) -> dict:
@@ -287,7 +259,6 @@ def runs(target_path, random_drafter):
     with engine(target_path) as llm:
         results["plain_batch"] = token_ids(generate(llm, PROMPTS))
         results["plain_single"] = token_ids(generate(llm, SINGLE_PROMPTS, one_at_a_time=True))
-        results["plain_gaps"] = token_ids(generate(llm, GAP_PROMPTS))
 
     # The plugin as `dflash serve` runs it on CPU, with the executor that returns draft ids with
     # the sampled tokens; the random-drafter engine below keeps vLLM's own executor.
@@ -311,19 +282,6 @@ def runs(target_path, random_drafter):
             llm.collective_rpc(calls["set_policy"], args=(mode,))
             results[f"{mode}_single"] = token_ids(generate(llm, SINGLE_PROMPTS,
                                                            one_at_a_time=True))
-        results["adaptive_timed_steps"] = llm.collective_rpc(calls["timed_steps"])[0]
-        # Context gaps: a cost model under which drafts pay off for a lone request only.
-        llm.collective_rpc(calls["track_context"])
-        llm.collective_rpc(calls["set_policy"], args=("adaptive", LONE_REQUEST_COSTS))
-        for name, prompts, lengths in (("gaps_pair", GAP_PROMPTS, [SHORT_TOKENS, MAX_TOKENS]),
-                                       ("gaps_alone", GAP_PROMPTS[1:], [MAX_TOKENS])):
-            skipped = llm.collective_rpc(calls["context_skipped_tokens"])[0]
-            outputs, results[f"{name}_counts"] = counted(
-                llm, lambda: generate(llm, prompts, max_tokens=lengths))
-            results[f"{name}_answers"] = token_ids(outputs)
-            results[f"{name}_drafted"] = [drafted_tokens(o) for o in outputs]
-            results[f"{name}_skipped"] = (llm.collective_rpc(calls["context_skipped_tokens"])[0]
-                                          - skipped)
         results["plugin_top_tokens"] = llm.collective_rpc(calls["drafts_via_top_tokens"])[0]
         results["bundled_rpcs"] = llm.collective_rpc(calls["bundled_rpcs"])[0]
         results["draft_check"] = served_draft_blocks(llm, calls)
@@ -398,21 +356,6 @@ def test_lossless_one_request_at_a_time(runs, mode):
     assert runs[f"{mode}_single"] == runs["plain_single"]
 
 
-def test_requests_decoded_where_no_draft_pays_off_are_not_drafted_later(runs):
-    """Two requests decoding together under costs that never draft for two skip their context
-    (vllm_ext.context_coverage); the longer one, alone after the other stops, has gaps and gets
-    no drafts verified. The same prompt started alone is drafted: its prompt's context was
-    written (prompt tokens always are), whether or not its blocks come from the prefix cache."""
-    assert runs["gaps_pair_skipped"] > 0
-    assert runs["gaps_pair_drafted"][1] == 0
-    assert runs["gaps_alone_skipped"] == 0
-    assert runs["gaps_alone_drafted"][0] > 0
-    assert runs["gaps_alone_counts"]["num_accepted_tokens"] > 0
-    plain = runs["plain_gaps"]
-    assert runs["gaps_pair_answers"] == [plain[0][:SHORT_TOKENS], plain[1]]
-    assert runs["gaps_alone_answers"] == [plain[1]]
-
-
 def test_native_dflash_is_lossless_too(runs):
     assert runs["native_batch"] == runs["plain_batch"]
 
@@ -429,13 +372,6 @@ def test_metrics_count_the_adapted_draft_lengths(runs):
 def test_the_policy_learns_from_every_verified_draft(runs):
     """Each request's verified drafts are matched to their confidences by content."""
     assert runs["stagger_drafts_seen"] == runs["stagger_counts"]["num_drafts"] > 0
-
-
-def test_the_rate_guard_times_plain_and_drafted_steps_in_the_engine(runs):
-    """One request at a time, most steps are clean decoding steps: the guard measures plain
-    steps first, then the drafted ones the cost model asks for (or its probes)."""
-    timed = runs["adaptive_timed_steps"]
-    assert timed["plain"] >= 3 and timed["drafted"] >= 1, timed
 
 
 def test_random_drafter_gets_no_verification_under_the_adaptive_policy(runs):
