@@ -35,14 +35,14 @@ from sglang.srt.utils import is_npu
 
 logger = logging.getLogger(__name__)
 
-# Features of SGLang's own DFlash family this drafter does not implement; such checkpoints are
-# refused by name (set DFLASH_SGLANG_PLUGIN=0 to let SGLang's own drafter serve them).
+# Features of SGLang's own DFlash family this drafter does not implement; checkpoints with them
+# stay with SGLang's own drafter (sglang_ext.registration).
 _UNSUPPORTED_DFLASH_KEYS = ("conv_kernel_size", "selector_rank", "projector_type",
                             "attention_sink_bias", "attention_value_scale",
                             "output_multiplier", "final_logit_softcapping")
 
 
-def _tensor_parallel_size() -> int:
+def tensor_parallel_size() -> int:
     from sglang.srt.runtime_context import get_parallel
 
     try:
@@ -51,8 +51,8 @@ def _tensor_parallel_size() -> int:
         return 1
 
 
-def refuse_unsupported(config, quant_config) -> None:
-    """Raise ValueError naming any setting of this checkpoint/launch the drafter cannot honour."""
+def unsupported_settings(config, quantization=None, tp_size: int | None = None) -> list[str]:
+    """The settings of this checkpoint/launch the drafter cannot honour (SGLang's own can)."""
     problems = []
     extra = getattr(config, "dflash_config", None) or {}
     problems += [f"dflash_config.{key}" for key in _UNSUPPORTED_DFLASH_KEYS
@@ -66,19 +66,28 @@ def refuse_unsupported(config, quant_config) -> None:
         problems.append("Gemma-style norms (use_gemma_norm)")
     draft_vocab = getattr(config, "draft_vocab_size", None)
     if draft_vocab is not None and draft_vocab != config.vocab_size:
-        problems.append("a reduced draft vocabulary (draft_vocab_size): SGLang's worker always "
-                        "uses the target's LM head")
-    if quant_config is not None:
-        problems.append(f"quantization ({type(quant_config).__name__})")
+        problems.append("a reduced draft vocabulary (draft_vocab_size)")
+    if quantization is not None:
+        name = quantization if isinstance(quantization, str) else type(quantization).__name__
+        problems.append(f"quantization ({name})")
     if is_npu():
         problems.append("Ascend NPUs (the worker's NPU path needs SGLang's fused qkv kernels)")
-    if _tensor_parallel_size() != 1:
-        problems.append(f"tensor parallelism (tp_size={_tensor_parallel_size()}): the drafter's "
-                        "layers are not sharded")
+    tp_size = tensor_parallel_size() if tp_size is None else tp_size
+    if tp_size != 1:
+        problems.append(f"tensor parallelism (tp_size={tp_size}): the drafter's layers are not "
+                        "sharded")
+    return problems
+
+
+def refuse_unsupported(config, quant_config) -> None:
+    """Raise ValueError naming any setting of this checkpoint/launch the drafter cannot honour
+    (reached only when the class is built directly: SGLang's resolver gives such checkpoints
+    SGLang's own drafter)."""
+    problems = unsupported_settings(config, quant_config)
     if problems:
         raise ValueError("dflash-plugin's SGLang drafter does not support " + "; ".join(problems)
-                         + ". Set DFLASH_SGLANG_PLUGIN=0 to serve this checkpoint with SGLang's "
-                         "own DFlash drafter instead.")
+                         + ". SGLang's own DFlash drafter serves this checkpoint (leave "
+                         "DFLASH_SGLANG_DRAFTER unset).")
 
 
 def _rope_tokens(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:

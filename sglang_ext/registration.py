@@ -1,12 +1,15 @@
 """What the plugin registers in SGLang, through SGLang's own registries and plugin hooks only.
 
-* Model registry: `DFlashDraftModel`, the architecture name of published DFlash checkpoints,
-  resolves to sglang_ext.draft_model.DFlashDraftModel. SGLang's DFLASH worker loads its draft
-  model through this registry, so `--speculative-algorithm DFLASH` runs this project's drafter
-  with all of SGLang's DFLASH plumbing (target feature capture, paged draft KV, verify, overlap).
-  Registering means importing every SGLang model (~30 s on a busy 2-core CPU), which only the
-  processes that load a model need: a BEFORE hook (SGLang's HookRegistry) on
-  `get_model_architecture`, the one function that resolves model classes, registers on first use.
+* Model registry: SGLang's own DFlash drafter stays in charge of `DFlashDraftModel` checkpoints.
+  This adapter's drafter (sglang_ext.draft_model) drafts the same tokens and adds nothing SGLang's
+  lacks (on SGLang it has neither the reduced draft vocabulary nor load-aware drafting), so it
+  serves a checkpoint only when asked for (DFLASH_SGLANG_DRAFTER=plugin) and only where it can:
+  tensor parallelism, quantization, sliding-window layers, reduced vocabularies and the DFlash2 /
+  Domino families always stay with SGLang's (logged once, never refused). The choice is made per
+  draft model in a BEFORE hook (SGLang's HookRegistry) on `get_model_architecture`, the one
+  function that resolves model classes; it is also where registering happens, since that imports
+  every SGLang model (~30 s on a busy 2-core CPU), which only the processes that load a model
+  need.
 * Speculative-algorithm registry (SGLang >= 0.5.15): built-in names such as DFLASH are reserved
   there, so DFLASH is taken over through the model registry above; new algorithm names (a draft-
   tree worker, say) belong in `install` through `SpeculativeAlgorithm.register`.
@@ -19,6 +22,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import logging
+import os
 
 from dflash_plugin.errors import DFlashError
 
@@ -26,11 +30,14 @@ logger = logging.getLogger(__name__)
 
 MODELS_PACKAGE = "sglang_ext.models"
 ARCHITECTURE = "DFlashDraftModel"
+NATIVE_MODULE = "sglang.srt.models.dflash"  # SGLang's own class for ARCHITECTURE
+DRAFTER_ENV = "DFLASH_SGLANG_DRAFTER"
+DRAFTERS = ("native", "plugin")  # DRAFTER_ENV's values; native is the default
 RESOLVER = "sglang.srt.model_loader.utils.get_model_architecture"
 REQUIRED_MODULES = ("sglang.srt.speculative.dflash_worker_v2", "sglang.srt.model_loader.utils",
                     "sglang.srt.models.registry", "sglang.srt.plugins.hook_registry")
 
-_draft_model_class = None
+_announced: set[str] = set()  # the reasons already logged in this process
 
 
 class SGLangContractError(DFlashError):
@@ -59,25 +66,70 @@ def install() -> None:
 
 
 def _before_model_resolution(*args, **kwargs):
-    register_draft_model()
+    model_config = args[0] if args else kwargs.get("model_config")
+    architectures = getattr(getattr(model_config, "hf_config", None), "architectures", None)
+    if ARCHITECTURE in (architectures or ()):
+        choose_draft_model(model_config)
     return None  # arguments unchanged
 
 
-def register_draft_model() -> type:
-    """Point the DFlash draft architecture at this project's drafter (once); returns the class."""
-    global _draft_model_class
-    if _draft_model_class is not None:
-        return _draft_model_class
+def requested_drafter(environ=os.environ) -> str:
+    value = environ.get(DRAFTER_ENV, "native").strip().lower() or "native"
+    if value not in DRAFTERS:
+        raise DFlashError(f"{DRAFTER_ENV}={value!r}: expected one of {', '.join(DRAFTERS)}")
+    return value
+
+
+def native_reasons(model_config, tp_size: int | None = None) -> list[str]:
+    """Why SGLang's own drafter serves this draft model ([]: this adapter's serves it)."""
+    if requested_drafter() == "native":
+        return [f"this adapter's drafter adds nothing it lacks ({DRAFTER_ENV}=plugin selects it)"]
+    from sglang_ext.draft_model import unsupported_settings
+
+    return unsupported_settings(model_config.hf_config, getattr(model_config, "quantization", None),
+                                tp_size)
+
+
+def choose_draft_model(model_config, tp_size: int | None = None) -> type:
+    """Point ARCHITECTURE at this adapter's drafter or at SGLang's own for this draft model;
+    returns the class."""
+    reasons = native_reasons(model_config, tp_size)
+    if not reasons:
+        return register_draft_model()
+    native = _native_draft_model()
+    registry = _registry()
+    if registry.models.get(ARCHITECTURE) is not native:
+        registry.models[ARCHITECTURE] = native  # an earlier draft model here took it over
+    message = "; ".join(reasons)
+    if message not in _announced:
+        _announced.add(message)
+        logger.info("dflash-plugin: SGLang's own DFlash drafter serves %s: %s",
+                    getattr(model_config, "model_path", "the draft model"), message)
+    return native
+
+
+def _registry():
     registry_module = importlib.import_module("sglang.srt.models.registry")
-    registry = _require(registry_module, "ModelRegistry", "sglang.srt.models.registry")
-    _require(registry, "register", "ModelRegistry")(MODELS_PACKAGE, overwrite=True, strict=True)
+    return _require(registry_module, "ModelRegistry", "sglang.srt.models.registry")
+
+
+def _native_draft_model() -> type:
+    return _require(importlib.import_module(NATIVE_MODULE), ARCHITECTURE, NATIVE_MODULE)
+
+
+def register_draft_model() -> type:
+    """Point the DFlash draft architecture at this project's drafter; returns the class."""
     from sglang_ext.draft_model import DFlashDraftModel
 
+    registry = _registry()
+    if registry.models.get(ARCHITECTURE) is DFlashDraftModel:
+        return DFlashDraftModel
+    _native_draft_model()  # SGLang's own registered first, so it can be put back
+    _require(registry, "register", "ModelRegistry")(MODELS_PACKAGE, overwrite=True, strict=True)
     resolved = registry.models.get(ARCHITECTURE)
     if resolved is not DFlashDraftModel:
         raise SGLangContractError(f"ModelRegistry.register did not install {ARCHITECTURE} "
                                   f"(it resolves to {resolved!r})")
     logger.info("dflash-plugin: draft architecture %s -> %s.%s", ARCHITECTURE,
                 DFlashDraftModel.__module__, DFlashDraftModel.__qualname__)
-    _draft_model_class = DFlashDraftModel
     return DFlashDraftModel

@@ -26,6 +26,7 @@ if HAVE_SGLANG:
     os.environ["SGLANG_PLUGINS"] = "dflash"
     os.environ.pop("SGLANG_USE_CPU_ENGINE", None)  # breaks importing the DFLASH worker
     os.environ.pop("DFLASH_SGLANG_PLUGIN", None)
+    os.environ.pop("DFLASH_SGLANG_DRAFTER", None)
     os.environ.pop("DFLASH_SGLANG_ALLOW_UNTESTED", None)
 
 import pytest  # noqa: E402

@@ -3,6 +3,8 @@ pools on CPU, and the DFLASH worker's own KV-injection methods run against them.
 
 from __future__ import annotations
 
+import os
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import MethodType, SimpleNamespace
@@ -17,17 +19,34 @@ from dflash_plugin.drafter import DFlashDraftModel as CoreDrafter
 VOCAB, HIDDEN, MASK, BLOCK = 96, 64, 95, 4
 
 
+@contextmanager
+def plugin_drafter_requested():
+    """DFLASH_SGLANG_DRAFTER=plugin inside the block (SGLang's own drafter otherwise)."""
+    from sglang_ext.registration import DRAFTER_ENV
+
+    saved = os.environ.get(DRAFTER_ENV)
+    os.environ[DRAFTER_ENV] = "plugin"
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop(DRAFTER_ENV)
+        else:
+            os.environ[DRAFTER_ENV] = saved
+
+
 def build_sglang_drafter(drafter_dir: Path):
-    """The drafter as SGLang builds it for `--speculative-algorithm DFLASH`: class resolved from
-    the checkpoint's config through SGLang's model loader, weights through its safetensors
-    iterator into `load_weights` (float32)."""
+    """This adapter's drafter as SGLang builds it for `--speculative-algorithm DFLASH` with
+    DFLASH_SGLANG_DRAFTER=plugin: class resolved from the checkpoint's config through SGLang's
+    model loader, weights through its safetensors iterator into `load_weights` (float32)."""
     from sglang.srt.configs.model_config import ModelConfig
     from sglang.srt.model_loader.utils import get_model_architecture
     from sglang.srt.model_loader.weight_utils import safetensors_weights_iterator
 
     config = ModelConfig(str(drafter_dir), is_draft_model=True, dtype="float32",
                          speculative_algorithm="DFLASH")
-    model_class, _ = get_model_architecture(config)
+    with plugin_drafter_requested():
+        model_class, _ = get_model_architecture(config)
     model = model_class(config=config.hf_config, quant_config=None).eval()
     model.load_weights(safetensors_weights_iterator(
         [str(p) for p in sorted(Path(drafter_dir).glob("*.safetensors"))]))

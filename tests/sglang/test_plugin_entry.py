@@ -10,6 +10,7 @@ pytest.importorskip("sglang.srt", reason="run under .venv-sglang (scripts/setup_
 
 from sglang.srt.plugins.hook_registry import HookRegistry  # noqa: E402
 
+from dflash_plugin.errors import DFlashError  # noqa: E402
 from sglang_ext import launch_server, plugin, registration, versions  # noqa: E402
 from sglang_ext.draft_model import DFlashDraftModel  # noqa: E402
 
@@ -21,19 +22,36 @@ def test_entry_point_is_declared():
     assert eps[0].load() is plugin.register
 
 
-def test_sglang_loads_the_plugin_and_resolves_dflash_to_our_drafter(tiny, plugins_loaded):
+def test_sglang_loads_the_plugin_and_resolves_dflash_as_asked(tiny, plugins_loaded, monkeypatch):
+    """SGLang's own drafter by default; this adapter's with DFLASH_SGLANG_DRAFTER=plugin; SGLang's
+    again once the next draft model does not ask for it."""
     from sglang.srt.configs.model_config import ModelConfig
     from sglang.srt.model_loader.utils import get_model_architecture
+    from sglang.srt.models import dflash as sglang_dflash
     from sglang.srt.models.registry import ModelRegistry
 
     assert registration.RESOLVER in HookRegistry._patched
     config = ModelConfig(str(tiny.drafter_dir), is_draft_model=True,
                          speculative_algorithm="DFLASH")
-    model_class, arch = get_model_architecture(config)
-    assert (model_class, arch) == (DFlashDraftModel, "DFlashDraftModel")
+    assert get_model_architecture(config) == (sglang_dflash.DFlashDraftModel, "DFlashDraftModel")
+    monkeypatch.setenv(registration.DRAFTER_ENV, "plugin")
+    assert get_model_architecture(config) == (DFlashDraftModel, "DFlashDraftModel")
     assert ModelRegistry.models["DFlashDraftModel"] is DFlashDraftModel
     # Other architectures still resolve to SGLang's own classes.
     assert ModelRegistry.models["LlamaForCausalLM"].__module__.startswith("sglang.srt.models")
+    monkeypatch.delenv(registration.DRAFTER_ENV)
+    assert get_model_architecture(config)[0] is sglang_dflash.DFlashDraftModel
+
+
+def test_unknown_drafter_choice_is_named(tiny, plugins_loaded, monkeypatch):
+    from sglang.srt.configs.model_config import ModelConfig
+    from sglang.srt.model_loader.utils import get_model_architecture
+
+    monkeypatch.setenv(registration.DRAFTER_ENV, "ours")
+    config = ModelConfig(str(tiny.drafter_dir), is_draft_model=True,
+                         speculative_algorithm="DFLASH")
+    with pytest.raises(DFlashError, match="DFLASH_SGLANG_DRAFTER='ours': expected one of native"):
+        get_model_architecture(config)
 
 
 def test_register_is_idempotent(plugins_loaded):

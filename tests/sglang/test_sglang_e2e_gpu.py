@@ -1,6 +1,6 @@
 """End to end on a GPU: `dflash serve --engine sglang`'s command (sglang_ext.server_args) starts
-SGLang's OpenAI server with this project's drafter; greedy completions through the openai
-client are token-identical to the same server without speculation.
+SGLang's OpenAI server with SGLang's own drafter and with this project's; greedy completions
+through the openai client are token-identical to the same server without speculation.
 
 The target is the embedded default (SmolLM2-135M-Instruct, built from PyPI on first use), the
 drafter the shipped one if present, else a random one: losslessness does not depend on how good
@@ -63,14 +63,15 @@ def drafter_for(target: Path, workdir: Path) -> Path:
 
 
 class Server:
-    def __init__(self, flags: dict, log: Path):
+    def __init__(self, flags: dict, log: Path, env: dict | None = None):
         from sglang_ext.server_args import build_launch_command
 
         self.port = free_port()
         self.log = log
         argv = build_launch_command({**flags, "host": "127.0.0.1", "port": self.port},
                                     ["--mem-fraction-static", "0.5"], python=sys.executable)
-        self.process = subprocess.Popen(argv, stdout=log.open("w"), stderr=subprocess.STDOUT)
+        self.process = subprocess.Popen(argv, stdout=log.open("w"), stderr=subprocess.STDOUT,
+                                        env={**os.environ, **(env or {})})
 
     def __enter__(self):
         import urllib.request
@@ -103,7 +104,13 @@ class Server:
                                           temperature=0).choices[0].text for p in PROMPTS]
 
 
-def test_dflash_on_sglang_is_token_identical_to_no_speculation(tmp_path):
+# SGLang's own drafter (the default) and this adapter's (DFLASH_SGLANG_DRAFTER=plugin).
+DRAFTER_LOG_LINES = {"native": "SGLang's own DFlash drafter serves",
+                     "plugin": "dflash-plugin drafter"}
+
+
+@pytest.mark.parametrize("drafter_choice", sorted(DRAFTER_LOG_LINES))
+def test_dflash_on_sglang_is_token_identical_to_no_speculation(tmp_path, drafter_choice):
     from transformers import AutoTokenizer
 
     from dflash_plugin.target import ensure_default_target
@@ -116,11 +123,12 @@ def test_dflash_on_sglang_is_token_identical_to_no_speculation(tmp_path):
     with Server({**base, "speculative_algorithm": "NONE"}, tmp_path / "plain.log") as server:
         plain = server.complete("target")
     with Server({**base, "speculative_algorithm": "DFLASH",
-                 "speculative_draft_model_path": str(drafter)}, tmp_path / "dflash.log") as server:
+                 "speculative_draft_model_path": str(drafter)}, tmp_path / "dflash.log",
+                env={"DFLASH_SGLANG_DRAFTER": drafter_choice}) as server:
         speculative = server.complete("target")
 
     log = (tmp_path / "dflash.log").read_text()
-    assert "dflash-plugin drafter" in log, "SGLang did not load this project's drafter"
+    assert DRAFTER_LOG_LINES[drafter_choice] in log, f"not the {drafter_choice} drafter"
     tokenizer = AutoTokenizer.from_pretrained(target)
     for prompt, a, b in zip(PROMPTS, plain, speculative):
         ids_a, ids_b = tokenizer(a).input_ids, tokenizer(b).input_ids

@@ -50,7 +50,7 @@ def test_sglang_parses_the_translated_flags(tiny):
     assert args.max_running_requests == 8
 
 
-def test_sglang_resolves_dflash_for_our_checkpoint(tiny, plugins_loaded):
+def test_sglang_resolves_dflash_for_our_checkpoint(tiny, plugins_loaded, monkeypatch):
     """Full resolution (SGLang's `_handle_dflash`) on a CUDA device description: the block size
     comes from our checkpoint's config, the draft backend gets SGLang's default, and DFLASH
     creates SGLang's v2 DFLASH worker, which loads the drafter by architecture name."""
@@ -72,7 +72,81 @@ def test_sglang_resolves_dflash_for_our_checkpoint(tiny, plugins_loaded):
     assert algorithm.create_worker(args) is DFlashWorkerV2
     draft_config = ModelConfig.from_server_args(args, model_path=view.speculative_draft_model_path,
                                                 is_draft_model=True)
+    monkeypatch.setenv("DFLASH_SGLANG_DRAFTER", "plugin")
     assert get_model_architecture(draft_config)[0] is DFlashDraftModel
+
+
+def _resolved_draft_class(args):
+    from sglang.srt.configs.model_config import ModelConfig
+    from sglang.srt.model_loader.utils import get_model_architecture
+
+    args.resolve_once()
+    view = resolving_view(args)
+    draft_config = ModelConfig.from_server_args(args, model_path=view.speculative_draft_model_path,
+                                                is_draft_model=True)
+    return get_model_architecture(draft_config)[0]
+
+
+@pytest.fixture
+def plugin_requested(plugins_loaded, monkeypatch):
+    """This adapter's drafter asked for; SGLang's runtime context put back afterwards."""
+    from sglang.srt import runtime_context
+
+    monkeypatch.setenv("DFLASH_SGLANG_DRAFTER", "plugin")
+    monkeypatch.setattr(runtime_context, "_PARALLEL", runtime_context._PARALLEL)
+    monkeypatch.setattr(runtime_context, "_CONTEXT", runtime_context._CONTEXT)
+
+
+def test_tensor_parallel_stays_with_sglangs_own_drafter(tiny, plugin_requested):
+    """--tp-size 2 in the server arguments: SGLang's drafter shards its layers, this adapter's
+    does not, so SGLang's serves (no refusal), even with the adapter's drafter asked for."""
+    from sglang.srt import runtime_context
+    from sglang.srt.models import dflash as sglang_dflash
+
+    from sglang_ext.draft_model import DFlashDraftModel
+
+    args = server_args(dflash_flags(tiny, tp_size=2), ["--device", "cuda"])
+    args.resolve_once()
+    runtime_context.publish(args, role="scheduler")  # what the scheduler process does
+    assert runtime_context.get_parallel().tp_size == 2
+    assert _resolved_draft_class(args) is sglang_dflash.DFlashDraftModel
+    one = server_args(dflash_flags(tiny), ["--device", "cuda"])
+    one.resolve_once()
+    runtime_context.publish(one, role="scheduler")
+    assert _resolved_draft_class(one) is DFlashDraftModel
+
+
+def test_sliding_window_drafter_stays_with_sglangs_own(tiny, plugin_requested, tmp_path):
+    import json
+    import shutil
+
+    from sglang.srt.models import dflash as sglang_dflash
+
+    drafter = tmp_path / "sliding"
+    shutil.copytree(tiny.drafter_dir, drafter)
+    config = json.loads((drafter / "config.json").read_text())
+    config["layer_types"] = ["sliding_attention"] * config["num_hidden_layers"]
+    config["sliding_window"] = 8
+    (drafter / "config.json").write_text(json.dumps(config))
+    flags = dflash_flags(tiny, speculative_draft_model_path=str(drafter))
+    assert _resolved_draft_class(server_args(flags, ["--device", "cuda"])) \
+        is sglang_dflash.DFlashDraftModel
+    full_attention = server_args(dflash_flags(tiny), ["--device", "cuda"])
+    assert _resolved_draft_class(full_attention) is not sglang_dflash.DFlashDraftModel
+
+
+def test_quantized_drafter_stays_with_sglangs_own(tiny, plugin_requested):
+    from types import SimpleNamespace
+
+    from sglang.srt.models import dflash as sglang_dflash
+    from transformers import AutoConfig
+
+    from sglang_ext import registration
+
+    draft = SimpleNamespace(hf_config=AutoConfig.from_pretrained(tiny.drafter_dir),
+                            quantization="fp8", model_path=str(tiny.drafter_dir))
+    assert registration.native_reasons(draft, tp_size=1) == ["quantization (fp8)"]
+    assert registration.choose_draft_model(draft, tp_size=1) is sglang_dflash.DFlashDraftModel
 
 
 def test_sglang_refuses_dflash_on_cpu(tiny):
