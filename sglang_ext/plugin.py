@@ -5,8 +5,9 @@ this package is installed and the plugin is allowed (`SGLANG_PLUGINS` unset, or 
 It is cheap until it has something to do, checks the SGLang version before touching SGLang, runs
 once per process, and only then imports the adapter (sglang_ext.registration).
 
-Set DFLASH_SGLANG_PLUGIN=0 to keep the package installed but leave SGLang's own DFlash drafter in
-place. Note that SGLang logs and then ignores an exception raised by a plugin; the launcher
+SGLang's own DFlash drafter serves DFlash checkpoints unless DFLASH_SGLANG_DRAFTER=plugin asks for
+this adapter's (sglang_ext.registration); DFLASH_SGLANG_PLUGIN=0 keeps the package installed but
+loads nothing at all. Note that SGLang logs and then ignores an exception raised by a plugin; the launcher
 (`python -m sglang_ext.launch_server`, used by `dflash serve --engine sglang`) calls `register()`
 itself first, so there a refusal stops the server instead.
 """
@@ -31,7 +32,7 @@ def register() -> None:
     if _registered:
         return
     if os.environ.get(DISABLE_ENV, "1") == "0":
-        logger.info("dflash-plugin: %s=0, SGLang's own DFlash drafter stays", DISABLE_ENV)
+        logger.info("dflash-plugin: %s=0, not loaded", DISABLE_ENV)
         return
     version = check_sglang_version()  # SGLangVersionError names the supported range
     if not is_supported(version):
