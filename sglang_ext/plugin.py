@@ -15,14 +15,13 @@ itself first, so there a refusal stops the server instead.
 from __future__ import annotations
 
 import logging
-import os
 
+from dflash_plugin.switches import read
 from sglang_ext.versions import TESTED_SGLANG, check_sglang_version, is_supported
 
 logger = logging.getLogger(__name__)
 
 PLUGIN_NAME = "dflash"  # the entry point's name, as listed in SGLANG_PLUGINS
-DISABLE_ENV = "DFLASH_SGLANG_PLUGIN"
 
 _registered = False
 
@@ -31,8 +30,8 @@ def register() -> None:
     global _registered
     if _registered:
         return
-    if os.environ.get(DISABLE_ENV, "1") == "0":
-        logger.info("dflash-plugin: %s=0, not loaded", DISABLE_ENV)
+    if not enabled():
+        logger.info("dflash-plugin: DFLASH_SGLANG_PLUGIN=off, not loaded")
         return
     version = check_sglang_version()  # SGLangVersionError names the supported range
     if not is_supported(version):
@@ -42,3 +41,8 @@ def register() -> None:
 
     registration.install()
     _registered = True
+
+
+def enabled() -> bool:
+    """DFLASH_SGLANG_PLUGIN (default on); a bad value raises SwitchError naming it."""
+    return read("DFLASH_SGLANG_PLUGIN")

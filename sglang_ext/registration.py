@@ -25,14 +25,13 @@ import logging
 import os
 
 from dflash_plugin.errors import DFlashError
+from dflash_plugin.switches import read
 
 logger = logging.getLogger(__name__)
 
 MODELS_PACKAGE = "sglang_ext.models"
 ARCHITECTURE = "DFlashDraftModel"
 NATIVE_MODULE = "sglang.srt.models.dflash"  # SGLang's own class for ARCHITECTURE
-DRAFTER_ENV = "DFLASH_SGLANG_DRAFTER"
-DRAFTERS = ("native", "plugin")  # DRAFTER_ENV's values; native is the default
 RESOLVER = "sglang.srt.model_loader.utils.get_model_architecture"
 REQUIRED_MODULES = ("sglang.srt.speculative.dflash_worker_v2", "sglang.srt.model_loader.utils",
                     "sglang.srt.models.registry", "sglang.srt.plugins.hook_registry")
@@ -74,16 +73,14 @@ def _before_model_resolution(*args, **kwargs):
 
 
 def requested_drafter(environ=os.environ) -> str:
-    value = environ.get(DRAFTER_ENV, "native").strip().lower() or "native"
-    if value not in DRAFTERS:
-        raise DFlashError(f"{DRAFTER_ENV}={value!r}: expected one of {', '.join(DRAFTERS)}")
-    return value
+    """DFLASH_SGLANG_DRAFTER: "native" (the default) or "plugin"."""
+    return read("DFLASH_SGLANG_DRAFTER", environ)
 
 
 def native_reasons(model_config, tp_size: int | None = None) -> list[str]:
     """Why SGLang's own drafter serves this draft model ([]: this adapter's serves it)."""
     if requested_drafter() == "native":
-        return [f"this adapter's drafter adds nothing it lacks ({DRAFTER_ENV}=plugin selects it)"]
+        return [f"this adapter's drafter adds nothing it lacks (DFLASH_SGLANG_DRAFTER=plugin selects it)"]
     from sglang_ext.draft_model import unsupported_settings
 
     return unsupported_settings(model_config.hf_config, getattr(model_config, "quantization", None),

@@ -16,15 +16,15 @@ this plugin is loaded, and then runs `sglang.launch_server` unchanged.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 from dflash_plugin.errors import DFlashError
+from dflash_plugin.switches import is_set, read
 from sglang_ext.versions import installed_sglang_version
 
-VENV_ENV = "DFLASH_SGLANG_VENV"  # the SGLang environment (also read by the setup script)
+# The SGLang environment unless DFLASH_SGLANG_VENV names one (as the setup script does).
 DEFAULT_VENV = Path(__file__).resolve().parent.parent / ".venv-sglang"
 LAUNCH_MODULE = "sglang_ext.launch_server"
 
@@ -105,7 +105,7 @@ def sglang_server_args(flags: dict, passthrough: list[str] = ()) -> list[str]:
 
 
 def sglang_venv() -> Path:
-    return Path(os.environ.get(VENV_ENV) or DEFAULT_VENV)
+    return read("DFLASH_SGLANG_VENV") or DEFAULT_VENV
 
 
 def find_sglang_python() -> str:
@@ -114,11 +114,11 @@ def find_sglang_python() -> str:
     venv_python = sglang_venv() / "bin" / "python"
     if venv_python.is_file():
         return str(venv_python)
-    if os.environ.get(VENV_ENV) is None and installed_sglang_version() is not None:
+    if not is_set("DFLASH_SGLANG_VENV") and installed_sglang_version() is not None:
         return sys.executable
     raise DFlashError(f"no SGLang environment: {venv_python} does not exist. Run "
                       "scripts/setup_sglang_env.sh (about 6 GB), or set "
-                      f"{VENV_ENV} to a virtual environment with sglang and dflash-plugin")
+                      "DFLASH_SGLANG_VENV to a virtual environment with sglang and dflash-plugin")
 
 
 def build_launch_command(flags: dict, passthrough: list[str] = (), *,

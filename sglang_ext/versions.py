@@ -10,20 +10,17 @@ Reads versions from package metadata only: nothing here imports SGLang (or torch
 from __future__ import annotations
 
 import importlib.metadata
-import os
 
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from dflash_plugin.errors import DFlashError
+from dflash_plugin.switches import read
 
 # 0.5.23 (and its post releases) is the release the contract tests were written against; the
 # registry of speculative algorithms exists from 0.5.15, the v2 DFLASH worker too.
 SUPPORTED_SGLANG = SpecifierSet(">=0.5.23,<0.5.24")
 TESTED_SGLANG = "0.5.23"
-# Set to 1 to run an unlisted SGLang (a dev build, a newer release) with a warning instead of a
-# refusal; the contract tests then say whether the worker still fits.
-ALLOW_UNTESTED_ENV = "DFLASH_SGLANG_ALLOW_UNTESTED"
 SETUP_HINT = "scripts/setup_sglang_env.sh creates .venv-sglang with sglang==" + TESTED_SGLANG
 
 
@@ -48,11 +45,13 @@ def check_sglang_version(version: str | None = None) -> str | None:
     if version is None:
         raise SGLangVersionError(f"SGLang is not installed in this Python environment; "
                                  f"{SETUP_HINT}")
-    if is_supported(version) or os.environ.get(ALLOW_UNTESTED_ENV) == "1":
+    # DFLASH_SGLANG_ALLOW_UNTESTED=1 runs an unlisted SGLang (a dev build, a newer release);
+    # the contract tests then say whether the worker still fits.
+    if is_supported(version) or read("DFLASH_SGLANG_ALLOW_UNTESTED"):
         return version
     raise SGLangVersionError(
         f"SGLang {version} is not supported by dflash-plugin's SGLang adapter (supported: "
-        f"sglang{SUPPORTED_SGLANG}); {SETUP_HINT}, or set {ALLOW_UNTESTED_ENV}=1 to try it anyway")
+        f"sglang{SUPPORTED_SGLANG}); {SETUP_HINT}, or set DFLASH_SGLANG_ALLOW_UNTESTED=1 to try it anyway")
 
 
 def is_supported(version: str) -> bool:

@@ -81,14 +81,14 @@ def test_launch_command_runs_the_checking_launcher_in_the_sglang_venv(tmp_path, 
     venv = tmp_path / "venv"
     (venv / "bin").mkdir(parents=True)
     (venv / "bin" / "python").write_text("")
-    monkeypatch.setenv(server_args.VENV_ENV, str(venv))
+    monkeypatch.setenv("DFLASH_SGLANG_VENV", str(venv))
     argv = build_launch_command(DFLASH, ["--log-level", "debug"])
     assert argv[:3] == [str(venv / "bin" / "python"), "-m", "sglang_ext.launch_server"]
     assert argv[-2:] == ["--log-level", "debug"]
 
 
 def test_missing_sglang_environment_is_explained(tmp_path, monkeypatch):
-    monkeypatch.setenv(server_args.VENV_ENV, str(tmp_path / "nowhere"))
+    monkeypatch.setenv("DFLASH_SGLANG_VENV", str(tmp_path / "nowhere"))
     with pytest.raises(DFlashError, match="scripts/setup_sglang_env.sh"):
         build_launch_command(DFLASH, [])
 
@@ -106,7 +106,7 @@ def test_supported_versions(version, ok):
 
 
 def test_version_errors_name_the_range_and_the_fix(monkeypatch):
-    monkeypatch.delenv(versions.ALLOW_UNTESTED_ENV, raising=False)
+    monkeypatch.delenv("DFLASH_SGLANG_ALLOW_UNTESTED", raising=False)
     with pytest.raises(versions.SGLangVersionError) as err:
         versions.check_sglang_version("0.5.15")
     assert "0.5.15" in str(err.value) and ">=0.5.23" in str(err.value)
@@ -114,7 +114,7 @@ def test_version_errors_name_the_range_and_the_fix(monkeypatch):
     monkeypatch.setattr(versions, "installed_sglang_version", lambda: None)
     with pytest.raises(versions.SGLangVersionError, match="SGLang is not installed"):
         versions.check_sglang_version()
-    monkeypatch.setenv(versions.ALLOW_UNTESTED_ENV, "1")
+    monkeypatch.setenv("DFLASH_SGLANG_ALLOW_UNTESTED", "1")
     assert versions.check_sglang_version("0.6.0") == "0.6.0"
 
 

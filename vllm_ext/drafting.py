@@ -3,26 +3,14 @@
 
 One `Drafting` object lives on each drafter built by this plugin (`DFlashVllmDrafter`).
 
-Environment (read in the worker when the drafter is built):
-  DFLASH_DRAFT_POLICY = adaptive (default) | full | off
-  DFLASH_COST_MODEL   = "verify_per_token=0.09,draft_fixed=0.15,..." overrides fields of the
-                        platform's preset (draft_policy.vllm_cpu_preset: by the target's dtype,
-                        the CPU's bf16 support and the draft length / CUDA_COSTS)
-  DFLASH_DRAFT_VOCAB  = auto (default) | full: with "auto", a drafter folder that carries its
-                        training vocabulary (draft_vocab.json) drafts over those LM-head rows only
-  DFLASH_DEFER_CONTEXT = on (default) | off: while no draft pass runs, hold the drafter's
-                        context K/V writes and do them in one batched call (context_store.py)
-  DFLASH_SAMPLER_SHORTCUT = on (default) | off: steps that verify no drafts skip vLLM's
-                        rejection kernels (vllm_ext.zero_draft_sampling)
-  DFLASH_STATS_EVERY  = N (default 2000): log what the policy did over the last N steps (draft
-                        passes, passes that handed out no draft, drafts verified and accepted);
-                        0 turns the log off
+Environment (read in the worker when the drafter is built; declared in dflash_plugin.switches):
+DFLASH_DRAFT_POLICY, DFLASH_COST_MODEL, DFLASH_DRAFT_VOCAB, DFLASH_DEFER_CONTEXT,
+DFLASH_SAMPLER_SHORTCUT, DFLASH_STATS_EVERY.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -39,26 +27,14 @@ from dflash_plugin.draft_policy import (
     vllm_cpu_costs,
     vllm_cpu_preset,
 )
-from dflash_plugin.switches import switch_from_env
+from dflash_plugin.switches import SwitchError, read
 from vllm_ext.context_store import DeferredContext
 
 logger = logging.getLogger(f"vllm.{__name__}")  # under vLLM's log handler
 
-POLICY_ENV = "DFLASH_DRAFT_POLICY"
-COST_MODEL_ENV = "DFLASH_COST_MODEL"
-DRAFT_VOCAB_ENV = "DFLASH_DRAFT_VOCAB"
-STATS_EVERY_ENV = "DFLASH_STATS_EVERY"
-DEFER_CONTEXT_ENV = "DFLASH_DEFER_CONTEXT"
-SAMPLER_SHORTCUT_ENV = "DFLASH_SAMPLER_SHORTCUT"
-
 
 def policy_mode_from_env() -> PolicyMode:
-    value = os.environ.get(POLICY_ENV, PolicyMode.ADAPTIVE.value).strip().lower()
-    try:
-        return PolicyMode(value)
-    except ValueError:
-        choices = ", ".join(m.value for m in PolicyMode)
-        raise ValueError(f"{POLICY_ENV}={value!r}: expected one of {choices}") from None
+    return PolicyMode(read("DFLASH_DRAFT_POLICY"))
 
 
 def cost_model_from_env(is_cpu: bool, num_draft_layers: int | None = None,
@@ -74,7 +50,10 @@ def cost_model_from_env(is_cpu: bool, num_draft_layers: int | None = None,
         base = vllm_cpu_costs(num_draft_layers)
     else:
         base = vllm_cpu_preset(num_draft_layers, draft_positions, dtype, native_bf16())
-    return parse_cost_model(os.environ.get(COST_MODEL_ENV, ""), base)
+    try:
+        return parse_cost_model(read("DFLASH_COST_MODEL") or "", base)
+    except ValueError as err:
+        raise SwitchError(f"DFLASH_COST_MODEL: {err}") from None
 
 
 def costs_in_software_bf16(is_cpu: bool, dtype: torch.dtype) -> bool:
@@ -83,32 +62,20 @@ def costs_in_software_bf16(is_cpu: bool, dtype: torch.dtype) -> bool:
 
 
 def defer_context_from_env() -> bool:
-    return switch_from_env(DEFER_CONTEXT_ENV)
+    return read("DFLASH_DEFER_CONTEXT")
 
 
 def sampler_shortcut_from_env() -> bool:
-    return switch_from_env(SAMPLER_SHORTCUT_ENV)
+    return read("DFLASH_SAMPLER_SHORTCUT")
 
 
 def draft_vocab_from_env() -> bool:
     """True: restrict the draft head to the checkpoint's training vocabulary, if it has one."""
-    value = os.environ.get(DRAFT_VOCAB_ENV, "auto").strip().lower()
-    if value == "auto":
-        return True
-    if value == "full":
-        return False
-    raise ValueError(f"{DRAFT_VOCAB_ENV}={value!r}: expected auto or full")
+    return read("DFLASH_DRAFT_VOCAB") == "auto"
 
 
 def stats_every_from_env() -> int:
-    value = os.environ.get(STATS_EVERY_ENV, "2000").strip()
-    try:
-        every = int(value)
-    except ValueError:
-        every = -1
-    if every < 0:
-        raise ValueError(f"{STATS_EVERY_ENV}={value!r}: expected a whole number >= 0")
-    return every
+    return read("DFLASH_STATS_EVERY")
 
 
 @dataclass

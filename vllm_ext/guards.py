@@ -9,7 +9,6 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
-import os
 from collections.abc import Callable, Mapping
 
 logger = logging.getLogger(f"vllm.{__name__}")  # under vLLM's log handler
@@ -25,10 +24,11 @@ def unpatched(method: Callable) -> Callable:
 
 def version_problems() -> list[str]:
     """[] for a tested release series or with the skip-version-check override."""
-    from vllm_ext.plugin import SKIP_VERSION_CHECK_ENV, version_is_tested, vllm_version
+    from dflash_plugin.switches import read
+    from vllm_ext.plugin import version_is_tested, vllm_version
 
     version = vllm_version()
-    if version_is_tested(version) or os.environ.get(SKIP_VERSION_CHECK_ENV) == "1":
+    if version_is_tested(version) or read("DFLASH_VLLM_SKIP_VERSION_CHECK"):
         return []
     return [f"vLLM {version} is not a tested release series"]
 

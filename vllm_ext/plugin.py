@@ -11,25 +11,24 @@ load-aware drafting hook (vllm_ext.patches).
 
 Excluding the plugin (`VLLM_PLUGINS` set without "dflash") gives vLLM's native DFlash.
 
-Environment:
-  DFLASH_VLLM_SKIP_VERSION_CHECK=1   load on a vLLM outside SUPPORTED_VLLM (untested; the hooks
-                                     are still only installed where their guards pass)
-  DFLASH_DRAFT_POLICY, DFLASH_COST_MODEL   see vllm_ext.drafting
+Environment (dflash_plugin.switches): DFLASH_VLLM_SKIP_VERSION_CHECK=on loads on a vLLM outside
+SUPPORTED_VLLM (untested; the hooks are still only installed where their guards pass); the
+drafting switches are read by vllm_ext.drafting.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
+
+from dflash_plugin.switches import SwitchError, read
 
 logger = logging.getLogger(f"vllm.{__name__}")  # under vLLM's log handler
 
 SUPPORTED_VLLM = SpecifierSet(">=0.32,<0.33")  # = the `vllm` extra; the series the tests ran on
 TESTED_VLLM = ("0.32",)  # release series this plugin's tests ran against
-SKIP_VERSION_CHECK_ENV = "DFLASH_VLLM_SKIP_VERSION_CHECK"
 
 ARCHITECTURE = "DFlashDraftModel"
 MODEL_CLASS = "vllm_ext.model:DFlashVllmDrafter"
@@ -45,7 +44,7 @@ def vllm_version() -> Version:
         return Version(vllm.__version__)
     except InvalidVersion as err:
         raise RuntimeError(f"dflash plugin: cannot parse the vLLM version {vllm.__version__!r}; "
-                           f"set {SKIP_VERSION_CHECK_ENV}=1 to load it anyway") from err
+                           "set DFLASH_VLLM_SKIP_VERSION_CHECK=1 to load it anyway") from err
 
 
 def version_is_tested(version: Version) -> bool:
@@ -55,8 +54,11 @@ def version_is_tested(version: Version) -> bool:
 def unsupported_version() -> str | None:
     """Why this plugin leaves the installed vLLM alone, or None to load (a version inside
     SUPPORTED_VLLM, or the override set)."""
-    if os.environ.get(SKIP_VERSION_CHECK_ENV) == "1":
-        return None
+    try:
+        if read("DFLASH_VLLM_SKIP_VERSION_CHECK"):
+            return None
+    except SwitchError as err:  # register() never raises: decline, naming the variable
+        return f"dflash plugin: {err}; it is not loaded and vLLM runs unchanged"
     try:
         version = vllm_version()
     except RuntimeError as err:
@@ -64,8 +66,8 @@ def unsupported_version() -> str | None:
     if not SUPPORTED_VLLM.contains(version, prereleases=True):
         return (f"dflash plugin supports vLLM {SUPPORTED_VLLM} but vLLM {version} is installed; "
                 f"it is not loaded and vLLM runs unchanged (method 'dflash' gets vLLM's own "
-                f"drafter). Install a supported vLLM, or set {SKIP_VERSION_CHECK_ENV}=1 to try "
-                f"it anyway")
+                f"drafter). Install a supported vLLM, or set DFLASH_VLLM_SKIP_VERSION_CHECK=1 "
+                f"to try it anyway")
     return None
 
 

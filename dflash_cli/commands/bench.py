@@ -30,10 +30,10 @@ from dataclasses import dataclass, field, replace
 from importlib.metadata import entry_points
 from pathlib import Path
 
-from dflash_plugin.errors import DFlashError
 from dflash_cli.serving import bench, flags
-from dflash_cli.serving.cpu_preload import SWITCH_ENV as CPU_PRELOAD_ENV
 from dflash_cli.serving.server import Server, ServerExited, free_port
+from dflash_plugin import switches
+from dflash_plugin.errors import DFlashError
 
 HELP = "benchmark none / ngram / native DFlash / plugin DFlash servers over concurrency levels"
 PLUGIN_NAME = flags.VLLM_PLUGIN_NAME
@@ -43,7 +43,7 @@ SPEC_ALGORITHM = {"none": "NONE", "ngram": "NGRAM", "dflash-native": "DFLASH", "
 # "dflash-native[draft=PATH;draft_tokens=N]": vLLM's DFlash with another drafter or block.
 _VARIANT = re.compile(r"(?P<base>[\w-]+)(?:\[(?P<settings>[^\]]*)\])?")
 # Settings of the server process, which every row may take (e.g. 'none[DFLASH_CPU_PRELOAD=off]')
-SERVER_SETTINGS = frozenset({CPU_PRELOAD_ENV})
+SERVER_SETTINGS = frozenset({"DFLASH_CPU_PRELOAD"})
 _SETTING = re.compile(r"(DFLASH_[A-Z0-9_]+|draft_tokens|draft)=(.*)")
 
 
@@ -90,6 +90,9 @@ def parse_algorithm(text: str) -> Variant:
             # the plugin's variables mean nothing to vLLM's own DFlash
             raise DFlashError(f"--algorithms {text!r}: only the plugin's rows take DFLASH_* "
                               "settings")
+        elif setting[1] not in switches.BY_NAME:
+            raise DFlashError(f"--algorithms {text!r}: {setting[1]} is not one of the plugin's "
+                              "environment switches (see the README's table)")
         else:
             env[setting[1]] = setting[2]
     if draft == "":

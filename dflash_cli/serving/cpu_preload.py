@@ -16,9 +16,8 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from dflash_plugin.switches import switch_from_env
+from dflash_plugin.switches import read
 
-SWITCH_ENV = "DFLASH_CPU_PRELOAD"
 IOMP_NAME = "libiomp5.so"
 TCMALLOC_NAMES = ("libtcmalloc_minimal.so.4", "libtcmalloc.so.4")
 SYSTEM_LIB_DIRS = ("/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64",
@@ -26,7 +25,7 @@ SYSTEM_LIB_DIRS = ("/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/
 
 
 def preload_enabled(env: Mapping[str, str]) -> bool:
-    return switch_from_env(SWITCH_ENV, "on", env)
+    return read("DFLASH_CPU_PRELOAD", env)
 
 
 def _first_existing(paths) -> str | None:

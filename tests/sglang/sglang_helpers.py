@@ -22,17 +22,16 @@ VOCAB, HIDDEN, MASK, BLOCK = 96, 64, 95, 4
 @contextmanager
 def plugin_drafter_requested():
     """DFLASH_SGLANG_DRAFTER=plugin inside the block (SGLang's own drafter otherwise)."""
-    from sglang_ext.registration import DRAFTER_ENV
-
-    saved = os.environ.get(DRAFTER_ENV)
-    os.environ[DRAFTER_ENV] = "plugin"
+    name = "DFLASH_SGLANG_DRAFTER"
+    saved = os.environ.get(name)
+    os.environ[name] = "plugin"
     try:
         yield
     finally:
         if saved is None:
-            os.environ.pop(DRAFTER_ENV)
+            os.environ.pop(name)
         else:
-            os.environ[DRAFTER_ENV] = saved
+            os.environ[name] = saved
 
 
 def build_sglang_drafter(drafter_dir: Path):

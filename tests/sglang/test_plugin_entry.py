@@ -34,12 +34,12 @@ def test_sglang_loads_the_plugin_and_resolves_dflash_as_asked(tiny, plugins_load
     config = ModelConfig(str(tiny.drafter_dir), is_draft_model=True,
                          speculative_algorithm="DFLASH")
     assert get_model_architecture(config) == (sglang_dflash.DFlashDraftModel, "DFlashDraftModel")
-    monkeypatch.setenv(registration.DRAFTER_ENV, "plugin")
+    monkeypatch.setenv("DFLASH_SGLANG_DRAFTER", "plugin")
     assert get_model_architecture(config) == (DFlashDraftModel, "DFlashDraftModel")
     assert ModelRegistry.models["DFlashDraftModel"] is DFlashDraftModel
     # Other architectures still resolve to SGLang's own classes.
     assert ModelRegistry.models["LlamaForCausalLM"].__module__.startswith("sglang.srt.models")
-    monkeypatch.delenv(registration.DRAFTER_ENV)
+    monkeypatch.delenv("DFLASH_SGLANG_DRAFTER")
     assert get_model_architecture(config)[0] is sglang_dflash.DFlashDraftModel
 
 
@@ -47,7 +47,7 @@ def test_unknown_drafter_choice_is_named(tiny, plugins_loaded, monkeypatch):
     from sglang.srt.configs.model_config import ModelConfig
     from sglang.srt.model_loader.utils import get_model_architecture
 
-    monkeypatch.setenv(registration.DRAFTER_ENV, "ours")
+    monkeypatch.setenv("DFLASH_SGLANG_DRAFTER", "ours")
     config = ModelConfig(str(tiny.drafter_dir), is_draft_model=True,
                          speculative_algorithm="DFLASH")
     with pytest.raises(DFlashError, match="DFLASH_SGLANG_DRAFTER='ours': expected one of native"):
@@ -72,7 +72,7 @@ def fresh_plugin(monkeypatch):
 
 
 def test_opt_out_leaves_sglang_alone(fresh_plugin, monkeypatch):
-    monkeypatch.setenv(plugin.DISABLE_ENV, "0")
+    monkeypatch.setenv("DFLASH_SGLANG_PLUGIN", "0")
     plugin.register()
     assert fresh_plugin == []
 
@@ -83,7 +83,7 @@ def test_unsupported_sglang_is_refused_by_name(fresh_plugin, monkeypatch, versio
     with pytest.raises(versions.SGLangVersionError, match=f"SGLang {version} is not supported"):
         plugin.register()
     assert fresh_plugin == []
-    monkeypatch.setenv(versions.ALLOW_UNTESTED_ENV, "1")
+    monkeypatch.setenv("DFLASH_SGLANG_ALLOW_UNTESTED", "1")
     plugin.register()  # the escape hatch for dev builds: warns and registers
     assert fresh_plugin == [True]
 

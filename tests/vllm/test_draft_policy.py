@@ -154,12 +154,12 @@ def test_batch_size_schedule_for_engines_without_per_request_lengths():
 def test_the_vllm_adapter_takes_its_platforms_preset(monkeypatch):
     from dataclasses import replace
 
-    from vllm_ext.drafting import COST_MODEL_ENV, cost_model_from_env
+    from vllm_ext.drafting import cost_model_from_env
 
-    monkeypatch.delenv(COST_MODEL_ENV, raising=False)
+    monkeypatch.delenv("DFLASH_COST_MODEL", raising=False)
     assert cost_model_from_env(is_cpu=True) == VLLM_CPU_COSTS
     assert cost_model_from_env(is_cpu=False) == CUDA_COSTS
-    monkeypatch.setenv(COST_MODEL_ENV, "draft_fixed=0.5")
+    monkeypatch.setenv("DFLASH_COST_MODEL", "draft_fixed=0.5")
     assert cost_model_from_env(is_cpu=True) == replace(VLLM_CPU_COSTS, draft_fixed=0.5)
     # The CPU preset follows the drafter's depth; an override still wins over it.
     assert cost_model_from_env(is_cpu=True, num_draft_layers=8) == replace(vllm_cpu_costs(8),
@@ -227,7 +227,7 @@ def test_bf16_in_software_never_drafts():
 def test_the_vllm_adapter_picks_the_preset_for_the_targets_dtype(monkeypatch):
     import vllm_ext.drafting as drafting
 
-    monkeypatch.delenv(drafting.COST_MODEL_ENV, raising=False)
+    monkeypatch.delenv("DFLASH_COST_MODEL", raising=False)
     monkeypatch.setattr(drafting, "native_bf16", lambda: False)
     assert drafting.cost_model_from_env(True, 8, 16, torch.float32) == vllm_cpu_fp32_costs(16)
     assert drafting.cost_model_from_env(True, 8, 16, torch.bfloat16) == VLLM_CPU_SOFTWARE_BF16_COSTS
@@ -238,6 +238,6 @@ def test_the_vllm_adapter_picks_the_preset_for_the_targets_dtype(monkeypatch):
     assert drafting.cost_model_from_env(True, 8, 16, torch.bfloat16) == vllm_cpu_costs(8)
     assert not drafting.costs_in_software_bf16(True, torch.bfloat16)
     assert drafting.cost_model_from_env(False, 8, 16, torch.float32) == CUDA_COSTS
-    monkeypatch.setenv(drafting.COST_MODEL_ENV, "draft_fixed=0.5")
+    monkeypatch.setenv("DFLASH_COST_MODEL", "draft_fixed=0.5")
     assert drafting.cost_model_from_env(True, 8, 4, torch.float32) == replace(
         vllm_cpu_fp32_costs(4), draft_fixed=0.5)

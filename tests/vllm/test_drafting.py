@@ -18,13 +18,13 @@ def step(drafting, query_lens, rejected=None):
 
 
 def test_draft_vocabulary_switch_from_the_environment(monkeypatch):
-    from vllm_ext.drafting import DRAFT_VOCAB_ENV, draft_vocab_from_env
+    from vllm_ext.drafting import draft_vocab_from_env
 
-    monkeypatch.delenv(DRAFT_VOCAB_ENV, raising=False)
+    monkeypatch.delenv("DFLASH_DRAFT_VOCAB", raising=False)
     assert draft_vocab_from_env()  # the checkpoint's training vocabulary when it has one
-    monkeypatch.setenv(DRAFT_VOCAB_ENV, "full")
+    monkeypatch.setenv("DFLASH_DRAFT_VOCAB", "full")
     assert not draft_vocab_from_env()
-    monkeypatch.setenv(DRAFT_VOCAB_ENV, "tiny")
+    monkeypatch.setenv("DFLASH_DRAFT_VOCAB", "tiny")
     with pytest.raises(ValueError, match="DFLASH_DRAFT_VOCAB='tiny'"):
         draft_vocab_from_env()
 
@@ -63,12 +63,12 @@ def test_full_mode_counts_accepted_drafts_without_reading_confidences():
 
 
 def test_stats_interval_from_the_environment(monkeypatch):
-    from vllm_ext.drafting import STATS_EVERY_ENV, stats_every_from_env
+    from vllm_ext.drafting import stats_every_from_env
 
-    monkeypatch.delenv(STATS_EVERY_ENV, raising=False)
+    monkeypatch.delenv("DFLASH_STATS_EVERY", raising=False)
     assert stats_every_from_env() == 2000
-    monkeypatch.setenv(STATS_EVERY_ENV, "0")
+    monkeypatch.setenv("DFLASH_STATS_EVERY", "0")
     assert stats_every_from_env() == 0
-    monkeypatch.setenv(STATS_EVERY_ENV, "-5")
+    monkeypatch.setenv("DFLASH_STATS_EVERY", "-5")
     with pytest.raises(ValueError, match="DFLASH_STATS_EVERY='-5'"):
         stats_every_from_env()

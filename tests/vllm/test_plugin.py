@@ -12,7 +12,7 @@ def fresh_plugin(monkeypatch):
 
     monkeypatch.setattr(plugin, "_registered", False)
     monkeypatch.setattr(plugin, "_declined", False)
-    monkeypatch.delenv(plugin.SKIP_VERSION_CHECK_ENV, raising=False)
+    monkeypatch.delenv("DFLASH_VLLM_SKIP_VERSION_CHECK", raising=False)
     return plugin
 
 
@@ -65,7 +65,7 @@ def test_unsupported_vllm_is_left_alone_with_one_warning(fresh_plugin, monkeypat
         fresh_plugin.register()
     warnings = [r.getMessage() for r in caplog.records if r.name == fresh_plugin.logger.name]
     assert len(warnings) == 1, warnings
-    assert version in warnings[0] and fresh_plugin.SKIP_VERSION_CHECK_ENV in warnings[0]
+    assert version in warnings[0] and "DFLASH_VLLM_SKIP_VERSION_CHECK" in warnings[0]
     assert not fresh_plugin._registered
 
 
@@ -76,7 +76,7 @@ def test_skip_version_check_loads_on_an_unsupported_vllm(fresh_plugin, monkeypat
     calls = []
     monkeypatch.setattr(vllm, "__version__", "0.35.1")
     monkeypatch.setattr(ModelRegistry, "register_model", lambda *args: calls.append(args))
-    monkeypatch.setenv(fresh_plugin.SKIP_VERSION_CHECK_ENV, "1")
+    monkeypatch.setenv("DFLASH_VLLM_SKIP_VERSION_CHECK", "1")
     fresh_plugin.register()
     assert calls == [(fresh_plugin.ARCHITECTURE, fresh_plugin.MODEL_CLASS)]
 
