@@ -172,11 +172,12 @@ class VerifyBudget:
             return "policy off: no draft verified, the draft pass still runs"
         if self.mode is PolicyMode.FULL:
             return "policy full: every scheduled draft verified"
-        bar = {self.costs.min_speedup, self.costs.min_speedup_batched}
+        alone, batched = self.costs.min_speedup, self.costs.min_speedup_batched
+        bar = (f"{alone:g}" if alone == batched
+               else f"{alone:g} for one request, {batched:g} for more")
         prices = (f"the plugin's prices {self.priced()}" if self.plugin_prices
                   else "vLLM's profiled step costs")
-        return (f"policy adaptive, {prices}, speedup bar "
-                f"{'/'.join(f'{b:g}' for b in sorted(bar))}")
+        return f"policy adaptive, {prices}, speedup bar {bar}"
 
     def priced(self) -> str:
         return ", ".join(f"{f.name}={getattr(self.costs, f.name):g}" for f in fields(CostModel)
