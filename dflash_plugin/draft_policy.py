@@ -163,10 +163,11 @@ def vllm_cpu_preset(num_draft_layers: int | None, draft_positions: int,
     return vllm_cpu_costs(num_draft_layers)
 
 
-# Not measured here (no GPU): a small target on a GPU is memory-bound, so extra verified tokens
-# are nearly free until the batch is large. Override with DFLASH_COST_MODEL after measuring.
-CUDA_COSTS = CostModel(verify_fixed=1.0, verify_per_token=0.004, draft_fixed=0.25,
-                       draft_per_request=0.01)
+# An 8B-class target with a 5-layer drafter on one H200: measured_costs.cuda_costs(5), the fit of
+# docs/bench/cuda-h200-8b-step-costs.json (rounded; a test keeps the two equal). Memory-bound: 16
+# verified tokens cost ~5% of a step at batch 1.
+CUDA_COSTS = CostModel(verify_fixed=0.973, verify_per_token=0.0034, draft_fixed=0.164,
+                       draft_per_request=0.0096)
 
 
 def parse_cost_model(text: str, base: CostModel) -> CostModel:

@@ -5,7 +5,7 @@ import json
 import pytest
 import torch
 
-from dflash_plugin.draft_policy import CostModel, plan_draft_lengths
+from dflash_plugin.draft_policy import CUDA_COSTS, CostModel, plan_draft_lengths
 from dflash_plugin.measured_costs import (
     CUDA_TIMINGS_FILE,
     StepTimings,
@@ -92,3 +92,9 @@ def test_cuda_preset_drafts_whole_blocks_alone_and_less_under_load():
     assert sure == [15]
     unsure = plan_draft_lengths(torch.full((64, 15), 0.05, dtype=torch.float64), costs)
     assert sum(unsure) < 64 * 15
+
+
+def test_the_named_cuda_preset_is_the_rounded_fit():
+    fitted = cuda_costs(5)
+    for name in ("verify_fixed", "verify_per_token", "draft_fixed", "draft_per_request"):
+        assert getattr(CUDA_COSTS, name) == pytest.approx(getattr(fitted, name), rel=0.02), name

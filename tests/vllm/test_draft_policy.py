@@ -21,6 +21,7 @@ from dflash_plugin.draft_policy import (
     vllm_cpu_fp32_costs,
     vllm_cpu_preset,
 )
+from dflash_plugin.measured_costs import cuda_costs
 
 BLOCK = 15
 
@@ -158,13 +159,13 @@ def test_the_vllm_adapter_takes_its_platforms_preset(monkeypatch):
 
     monkeypatch.delenv("DFLASH_COST_MODEL", raising=False)
     assert cost_model_from_env(is_cpu=True) == VLLM_CPU_COSTS
-    assert cost_model_from_env(is_cpu=False) == CUDA_COSTS
+    assert cost_model_from_env(is_cpu=False) == cuda_costs(5)
     monkeypatch.setenv("DFLASH_COST_MODEL", "draft_fixed=0.5")
     assert cost_model_from_env(is_cpu=True) == replace(VLLM_CPU_COSTS, draft_fixed=0.5)
     # The CPU preset follows the drafter's depth; an override still wins over it.
     assert cost_model_from_env(is_cpu=True, num_draft_layers=8) == replace(vllm_cpu_costs(8),
                                                                           draft_fixed=0.5)
-    assert cost_model_from_env(is_cpu=False, num_draft_layers=8) == replace(CUDA_COSTS,
+    assert cost_model_from_env(is_cpu=False, num_draft_layers=8) == replace(cuda_costs(8),
                                                                            draft_fixed=0.5)
 
 
@@ -237,7 +238,7 @@ def test_the_vllm_adapter_picks_the_preset_for_the_targets_dtype(monkeypatch):
     monkeypatch.setattr(drafting, "native_bf16", lambda: True)
     assert drafting.cost_model_from_env(True, 8, 16, torch.bfloat16) == vllm_cpu_costs(8)
     assert not drafting.costs_in_software_bf16(True, torch.bfloat16)
-    assert drafting.cost_model_from_env(False, 8, 16, torch.float32) == CUDA_COSTS
+    assert drafting.cost_model_from_env(False, 8, 16, torch.float32) == cuda_costs(8)
     monkeypatch.setenv("DFLASH_COST_MODEL", "draft_fixed=0.5")
     assert drafting.cost_model_from_env(True, 8, 4, torch.float32) == replace(
         vllm_cpu_fp32_costs(4), draft_fixed=0.5)
