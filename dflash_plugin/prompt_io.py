@@ -9,7 +9,8 @@ from dflash_plugin.errors import DFlashError
 
 
 def read_prompts_file(path: str | Path) -> list[dict]:
-    """Lines of {"prompt": str} or {"turns": [str, ...]}; returns dicts with a "turns" list."""
+    """Lines of {"prompt": str}, {"text": str} (the evaluation sets under train_data/eval) or
+    {"turns": [str, ...]}; returns dicts with a "turns" list."""
     records = []
     with open(path) as f:
         for number, line in enumerate(f, 1):
@@ -25,8 +26,11 @@ def read_prompts_file(path: str | Path) -> list[dict]:
                 turns = [str(t) for t in rec["turns"]]
             elif isinstance(rec.get("prompt"), str):
                 turns = [rec["prompt"]]
+            elif isinstance(rec.get("text"), str):
+                turns = [rec["text"]]
             else:
-                raise DFlashError(f"{path}:{number}: needs a \"prompt\" string or a \"turns\" list")
+                raise DFlashError(f"{path}:{number}: needs a \"prompt\" or \"text\" string or a "
+                                  "\"turns\" list")
             records.append({**rec, "turns": turns})
     if not records:
         raise DFlashError(f"{path} holds no prompts")

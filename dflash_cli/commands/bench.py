@@ -6,10 +6,15 @@ up at once (an idle server uses no CPU) and, at each concurrency level, their ru
 that a machine whose speed drifts (shared hosts, thermal limits) slows every configuration alike;
 `--sequential` runs one server at a time instead (a quarter of the memory).
 
-Writes a JSON list of rows (algorithm, concurrency, output_tokens_per_s, tpot_ms, ttft_ms,
-accept_length, speedup, ...) to --output, plots <stem>_throughput.png and <stem>_speedup.png
-next to it, and each server's log as <stem>.<algorithm>.log. The model flags are those of
-`dflash serve` (including --config and pass-through engine arguments).
+Writes to --output a JSON object: "rows", one per algorithm and level (algorithm, concurrency,
+output_tokens_per_s, tpot_ms, ttft_ms, accept_length, speedup, ...), "prompts" (the set it ran)
+and "fixed_interactivity" (per algorithm, the best tokens/s over the levels whose TPOT stays
+within --tpot-bound times plain decoding's at concurrency 1: throughput at fixed interactivity,
+the serving measure the DFlash authors report). It plots <stem>_throughput.png and
+<stem>_speedup.png next to it, and writes each server's log as <stem>.<algorithm>.log.
+`--prompts ood` runs the out-of-distribution evaluation set of the repository checkout
+(train_data/eval/). The model flags are those of `dflash serve` (including --config and
+pass-through engine arguments).
 
 A plugin row can carry its own DFLASH_* settings, to compare them side by side in one run:
 `--algorithms 'none,dflash,dflash[DFLASH_DRAFT_POLICY=off;DFLASH_DEFER_CONTEXT=off]'` starts one plugin
@@ -117,8 +122,22 @@ def add_arguments(p):
                         "its own DFLASH_* variables: 'dflash[DFLASH_DRAFT_POLICY=off;...]', and a "
                         "DFlash row its own drafter and block: 'dflash[draft=PATH;draft_tokens=8]'")
     p.add_argument("--concurrency", default="1,4,16,32", help="comma list of concurrency levels")
-    p.add_argument("--prompts-file", help='JSONL with {"prompt": ...} per line (default: 32 '
-                                          "built-in prompts)")
+    prompts = p.add_mutually_exclusive_group()
+    prompts.add_argument("--prompts", choices=tuple(bench.PROMPT_SETS), default=None,
+                         help="a prompt set: builtin (32 short prompts, the default), ood (the "
+                              "96 hand-written out-of-distribution user prompts of "
+                              "train_data/eval/), heldout (the 18 held-out prompts of "
+                              "train_data/smollm2-135m/); ood and heldout need the repository "
+                              "checkout")
+    prompts.add_argument("--prompts-file", help='JSONL with {"prompt": ...} (or "text", or '
+                                                '"turns") per line')
+    p.add_argument("--prompt-categories", default=None,
+                   help="comma list: only the prompts whose \"category\" field is one of these "
+                        "(e.g. --prompts ood --prompt-categories extraction,coding)")
+    p.add_argument("--tpot-bound", type=float, default=1.5,
+                   help="throughput at fixed interactivity: per algorithm, the best tokens/s over "
+                        "the levels whose TPOT is at most this times plain decoding's ('none') "
+                        "TPOT at concurrency 1 (default 1.5)")
     p.add_argument("--num-prompts", type=int, default=None,
                    help="requests per concurrency level (default: all prompts, at least the "
                         "concurrency; prompts repeat when needed)")
@@ -196,7 +215,30 @@ def _check(args) -> tuple[dict[str, Variant], list[int]]:
         raise DFlashError(f"--repeats must be >= 1, got {args.repeats}")
     if args.num_prompts is not None and args.num_prompts < 1:
         raise DFlashError(f"--num-prompts must be >= 1, got {args.num_prompts}")
+    if not args.tpot_bound > 0:  # also rejects nan
+        raise DFlashError(f"--tpot-bound must be > 0, got {args.tpot_bound}")
     return variants, sorted(set(levels))
+
+
+def read_prompts(args) -> tuple[list[str], dict]:
+    """The prompts of --prompts / --prompts-file / --prompt-categories, and what they are (for
+    the JSON)."""
+    categories = None
+    if args.prompt_categories is not None:
+        categories = bench.parse_list(args.prompt_categories, str, "--prompt-categories")
+    if args.prompts_file:
+        path, name = Path(args.prompts_file), None
+    else:
+        name = args.prompts or "builtin"
+        path = bench.prompt_set_path(name)
+    prompts = bench.read_prompts(path, categories)
+    about = {"set": name, "file": str(path), "categories": categories, "count": len(prompts)}
+    return prompts, about
+
+
+def summaries(rows: list[dict], args, about: dict) -> dict:
+    """What the JSON carries besides the rows."""
+    return {"prompts": about, "fixed_interactivity": bench.fixed_interactivity(rows, args.tpot_bound)}
 
 
 def _prompts_for(prompts: list[str], count: int) -> list[str]:
@@ -207,7 +249,10 @@ def run(args) -> int:
     variants, levels = _check(args)
     # SIGTERM unwinds like Ctrl-C, so the running server is stopped in `finally`.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
-    prompts = bench.read_prompts(args.prompts_file)
+    prompts, about = read_prompts(args)
+    print(f"[bench] {about['count']} prompts from {about['file']}"
+          + (f" ({', '.join(about['categories'])})" if about["categories"] else ""),
+          file=sys.stderr, flush=True)
     base = flags.options_from_args(args)
     if base.engine != "vllm":
         raise DFlashError("dflash bench compares vLLM servers; the config's engine must be vllm")
@@ -218,18 +263,22 @@ def run(args) -> int:
     resolved = {name: flags.resolve(_row_options(base, variant)) for name, variant in variants.items()}
     try:
         if args.sequential:
-            rows, broken = _run_sequential(algorithms, resolved, prompts, levels, args, output)
+            rows, broken = _run_sequential(algorithms, resolved, prompts, levels, args, output,
+                                           about)
         else:
-            rows, broken = _run_interleaved(algorithms, resolved, prompts, levels, args, output)
+            rows, broken = _run_interleaved(algorithms, resolved, prompts, levels, args, output,
+                                            about)
     except KeyboardInterrupt:
         print(f"[bench] interrupted; finished rows are in {output}", file=sys.stderr)
         return 130
     rows = bench.add_speedups(rows)
-    bench.write_json(rows, output)
+    extra = summaries(rows, args, about)
+    bench.write_json(rows, output, **extra)
     if not rows:
         raise DFlashError(f"no server configuration ran; see the logs next to {output}")
     plots = bench.write_plots(rows, output)
     print(bench.format_table(rows))
+    print(bench.format_fixed_interactivity(extra["fixed_interactivity"]))
     print(f"[bench] wrote {output} and {', '.join(str(p) for p in plots)}", file=sys.stderr)
     return 0 if not broken and all(r["failed"] == 0 for r in rows) else 1
 
@@ -248,7 +297,7 @@ def _row_options(base: flags.ServeOptions, variant: Variant) -> flags.ServeOptio
     return opts
 
 
-def _run_sequential(algorithms, resolved, prompts, levels, args, output: Path):
+def _run_sequential(algorithms, resolved, prompts, levels, args, output: Path, about: dict):
     rows: list[dict] = []
     broken = []
     for algorithm in algorithms:
@@ -262,11 +311,11 @@ def _run_sequential(algorithms, resolved, prompts, levels, args, output: Path):
         except (ServerExited, TimeoutError) as err:  # the other configurations still run
             broken.append(algorithm)
             print(f"[bench] {algorithm}: server failed, no rows: {err}", file=sys.stderr)
-        bench.write_json(bench.add_speedups(rows), output)
+        bench.write_json(bench.add_speedups(rows), output, **summaries(rows, args, about))
     return rows, broken
 
 
-def _run_interleaved(algorithms, resolved, prompts, levels, args, output: Path):
+def _run_interleaved(algorithms, resolved, prompts, levels, args, output: Path, about: dict):
     """Every server up at once; at each level, one run per configuration in turn, repeated."""
     rows: list[dict] = []
     broken = []
@@ -289,7 +338,7 @@ def _run_interleaved(algorithms, resolved, prompts, levels, args, output: Path):
                                                        concurrency, args, 1))
             rows += [_row(algorithm, concurrency, runs, resolved[algorithm])
                      for algorithm, runs in samples.items()]
-            bench.write_json(bench.add_speedups(rows), output)
+            bench.write_json(bench.add_speedups(rows), output, **summaries(rows, args, about))
     return rows, broken
 
 

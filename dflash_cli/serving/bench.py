@@ -23,6 +23,15 @@ from pathlib import Path
 from dflash_plugin.errors import DFlashError
 
 DEFAULT_PROMPTS = Path(__file__).with_name("bench_prompts.jsonl")
+# The repository checkout this module runs from (an installed package has no train_data/ here).
+REPO_ROOT = Path(__file__).resolve().parents[2]
+# --prompts presets: the built-in 32, the hand-written out-of-distribution evaluation set, and
+# the 18 held-out prompts of the bundled drafter's training mix.
+PROMPT_SETS = {
+    "builtin": DEFAULT_PROMPTS,
+    "ood": Path("train_data/eval/ood_user_prompts.jsonl"),
+    "heldout": Path("train_data/smollm2-135m/eval_prompts_18.jsonl"),
+}
 ALGORITHMS = ("none", "ngram", "dflash-native", "dflash")
 SPEC_COUNTERS = ("vllm:spec_decode_num_drafts", "vllm:spec_decode_num_draft_tokens",
                  "vllm:spec_decode_num_accepted_tokens")
@@ -82,10 +91,34 @@ class RequestResult:
         return (self.latency_s - self.ttft_s) / (self.output_tokens - 1)
 
 
-def read_prompts(path: str | Path | None) -> list[str]:
-    """Prompts from a JSONL file of {"prompt": ...} (or {"turns": [...]}, first turn)."""
+def read_prompts(path: str | Path | None, categories: list[str] | None = None) -> list[str]:
+    """Prompts from a JSONL file of {"prompt": ...} (or {"text": ...}, or {"turns": [...]}, first
+    turn); with `categories`, only the records whose "category" is one of them."""
     from dflash_plugin.prompt_io import read_prompts_file
-    return [rec["turns"][0] for rec in read_prompts_file(path or DEFAULT_PROMPTS)]
+    path = path or DEFAULT_PROMPTS
+    records = read_prompts_file(path)
+    if categories:
+        present = sorted({str(r.get("category")) for r in records if "category" in r})
+        records = [r for r in records if r.get("category") in categories]
+        if not records:
+            raise DFlashError(f"{path}: no prompt in categories {', '.join(categories)}; its "
+                              f"categories are {', '.join(present) or 'none (no category field)'}")
+    return [rec["turns"][0] for rec in records]
+
+
+def prompt_set_path(name: str, root: Path = REPO_ROOT) -> Path:
+    """The file of a --prompts preset. The evaluation sets live in the repository's train_data/,
+    which an installed package does not carry."""
+    if name not in PROMPT_SETS:
+        raise DFlashError(f"unknown --prompts {name!r}; choose from {', '.join(PROMPT_SETS)}")
+    path = PROMPT_SETS[name]
+    if path.is_absolute():
+        return path
+    if not (root / path).is_file():
+        raise DFlashError(f"--prompts {name} reads {path} from the repository checkout, which is "
+                          f"not at {root} (an installed package does not ship train_data/); run "
+                          "from a checkout, or pass that file with --prompts-file")
+    return root / path
 
 
 async def stream_chat(client, model: str, prompt: str, *, max_tokens: int, temperature: float,
@@ -192,6 +225,54 @@ def add_speedups(rows: list[dict]) -> list[dict]:
     return rows
 
 
+def fixed_interactivity(rows: list[dict], tpot_bound: float) -> dict:
+    """Throughput at fixed interactivity: per algorithm, the best output tokens/s over the
+    concurrency sweep among the rows whose mean TPOT is at most `tpot_bound` times the TPOT of
+    no speculation at concurrency 1 (what serving at a promised per-user speed can deliver)."""
+    reference = next((r for r in rows if r["algorithm"] == "none" and r["concurrency"] == 1), None)
+    summary = {"tpot_bound": tpot_bound, "reference_tpot_ms": None, "tpot_limit_ms": None,
+               "algorithms": {}}
+    if reference is None or not reference.get("tpot_ms"):
+        summary["unavailable"] = "needs a 'none' row at concurrency 1 with a TPOT"
+        return summary
+    limit = tpot_bound * reference["tpot_ms"]
+    summary["reference_tpot_ms"] = reference["tpot_ms"]
+    summary["tpot_limit_ms"] = round(limit, 2)
+    for algorithm in dict.fromkeys(r["algorithm"] for r in rows):
+        # A level where requests failed does not deliver its TPOT to every user.
+        within = [r for r in rows if r["algorithm"] == algorithm and not r.get("failed")
+                  and r.get("tpot_ms") is not None and r.get("output_tokens_per_s") is not None
+                  and r["tpot_ms"] <= limit]
+        best = max(within, key=lambda r: r["output_tokens_per_s"], default=None)
+        summary["algorithms"][algorithm] = None if best is None else {
+            "concurrency": best["concurrency"], "output_tokens_per_s": best["output_tokens_per_s"],
+            "tpot_ms": best["tpot_ms"], "speedup": None}
+    plain = summary["algorithms"].get("none")
+    for entry in summary["algorithms"].values():
+        if entry is not None and plain is not None and plain["output_tokens_per_s"]:
+            entry["speedup"] = round(entry["output_tokens_per_s"] / plain["output_tokens_per_s"], 3)
+    return summary
+
+
+def format_fixed_interactivity(summary: dict) -> str:
+    bound = summary["tpot_bound"]
+    if summary.get("unavailable"):
+        return f"throughput at TPOT <= {bound}x plain decoding's at concurrency 1: " \
+               f"{summary['unavailable']}"
+    lines = [f"throughput at TPOT <= {bound}x plain decoding's at concurrency 1 "
+             f"({summary['tpot_limit_ms']} ms):"]
+    width = max(len(a) for a in summary["algorithms"])
+    for algorithm, entry in summary["algorithms"].items():
+        if entry is None:
+            lines.append(f"  {algorithm.ljust(width)}  no level within the bound")
+            continue
+        speedup = "-" if entry["speedup"] is None else f"{entry['speedup']}x"
+        lines.append(f"  {algorithm.ljust(width)}  {entry['output_tokens_per_s']} tok/s at "
+                     f"concurrency {entry['concurrency']} (TPOT {entry['tpot_ms']} ms), "
+                     f"{speedup} plain")
+    return "\n".join(lines)
+
+
 def format_table(rows: list[dict]) -> str:
     columns = ("algorithm", "concurrency", "output_tokens_per_s", "tpot_ms", "ttft_ms",
                "accept_length", "speedup", "failed")
@@ -247,8 +328,9 @@ def parse_list(text: str, item=str, name: str = "list") -> list:
     return [item(v) for v in values]
 
 
-def write_json(rows: list[dict], output: Path):
+def write_json(rows: list[dict], output: Path, **summary):
+    """{"rows": [...], **summary} (e.g. prompts=..., fixed_interactivity=...)."""
     output.parent.mkdir(parents=True, exist_ok=True)
     tmp = output.with_name(output.name + ".tmp")
-    tmp.write_text(json.dumps(rows, indent=2) + "\n")
+    tmp.write_text(json.dumps({"rows": rows, **summary}, indent=2) + "\n")
     tmp.replace(output)

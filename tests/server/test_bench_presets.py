@@ -1,0 +1,98 @@
+"""`dflash bench` prompt presets and throughput at fixed interactivity, on synthetic rows; no
+server."""
+
+import json
+import math
+
+import pytest
+
+from dflash_cli.commands import bench as bench_command
+from dflash_cli.main import build_parser
+from dflash_cli.serving import bench
+from dflash_plugin.errors import DFlashError
+
+
+def bench_args(*argv):
+    return build_parser().parse_args(["bench", *argv])
+
+
+def row(algorithm, concurrency, tokens_per_s, tpot_ms, failed=0):
+    return {"algorithm": algorithm, "concurrency": concurrency,
+            "output_tokens_per_s": tokens_per_s, "tpot_ms": tpot_ms, "failed": failed}
+
+
+SWEEP = [
+    row("none", 1, 40.0, 25.0), row("none", 4, 120.0, 33.0), row("none", 16, 200.0, 80.0),
+    row("ngram", 1, 52.0, 19.0), row("ngram", 4, 130.0, 30.0), row("ngram", 16, 210.0, 75.0),
+    # faster at 16 but over the bound: does not count; at 4 it has a failed request
+    row("dflash", 1, 60.0, 16.0), row("dflash", 4, 170.0, 22.0, failed=1),
+    row("dflash", 16, 400.0, 38.0),
+]
+
+
+def test_fixed_interactivity_picks_the_best_level_within_the_bound():
+    summary = bench.fixed_interactivity(SWEEP, 1.5)
+    assert summary["reference_tpot_ms"] == 25.0 and summary["tpot_limit_ms"] == 37.5
+    best = summary["algorithms"]
+    assert best["none"]["concurrency"] == 4 and best["none"]["output_tokens_per_s"] == 120.0
+    assert best["ngram"]["concurrency"] == 4 and best["ngram"]["speedup"] == round(130 / 120, 3)
+    # 16 is over 37.5 ms and 4 failed a request: concurrency 1 is dflash's best within the bound
+    assert best["dflash"]["concurrency"] == 1 and best["dflash"]["speedup"] == 0.5
+    # a looser bound admits dflash at 16
+    loose = bench.fixed_interactivity(SWEEP, 1.6)["algorithms"]
+    assert loose["dflash"]["concurrency"] == 16 and loose["dflash"]["speedup"] == round(400 / 120, 3)
+    assert loose["none"]["concurrency"] == 4
+
+
+def test_fixed_interactivity_bound_below_plain_and_missing_reference():
+    tight = bench.fixed_interactivity(SWEEP, 0.7)  # 17.5 ms: only dflash at 1 qualifies
+    assert tight["algorithms"]["none"] is None and tight["algorithms"]["ngram"] is None
+    assert tight["algorithms"]["dflash"]["concurrency"] == 1
+    assert tight["algorithms"]["dflash"]["speedup"] is None  # nothing to compare with
+    text = bench.format_fixed_interactivity(tight)
+    assert "no level within the bound" in text and "17.5 ms" in text
+    without_plain = bench.fixed_interactivity([r for r in SWEEP if r["algorithm"] != "none"], 1.5)
+    assert without_plain["algorithms"] == {} and "'none' row" in without_plain["unavailable"]
+    assert "'none' row" in bench.format_fixed_interactivity(without_plain)
+
+
+def test_json_carries_rows_prompts_and_fixed_interactivity(tmp_path):
+    args = bench_args("--tpot-bound", "1.5", "--prompts", "ood")
+    about = {"set": "ood", "file": "x", "categories": None, "count": 96}
+    extra = bench_command.summaries(SWEEP, args, about)
+    bench.write_json(SWEEP, tmp_path / "out.json", **extra)
+    written = json.loads((tmp_path / "out.json").read_text())
+    assert written["rows"] == SWEEP and written["prompts"] == about
+    assert written["fixed_interactivity"]["algorithms"]["ngram"]["concurrency"] == 4
+    assert "ngram" in bench.format_fixed_interactivity(written["fixed_interactivity"])
+
+
+def test_prompt_presets_read_the_repository_sets():
+    ood, about = bench_command.read_prompts(bench_args("--prompts", "ood"))
+    records = [json.loads(line) for line in open(bench.prompt_set_path("ood"))]
+    assert ood == [r["text"] for r in records] and about["count"] == len(records) == 96
+    picked, about = bench_command.read_prompts(
+        bench_args("--prompts", "ood", "--prompt-categories", "extraction,coding"))
+    assert picked == [r["text"] for r in records if r["category"] in ("extraction", "coding")]
+    assert about["categories"] == ["extraction", "coding"] and len(picked) == 24
+    builtin, about = bench_command.read_prompts(bench_args())
+    assert builtin == bench.read_prompts(None) and about["set"] == "builtin"
+    if (bench.REPO_ROOT / bench.PROMPT_SETS["heldout"]).is_file():
+        heldout, _ = bench_command.read_prompts(bench_args("--prompts", "heldout"))
+        assert len(heldout) == 18
+
+
+def test_prompt_presets_fail_clearly(tmp_path):
+    # an installed package: no train_data/ next to it
+    with pytest.raises(DFlashError, match="installed package.*--prompts-file"):
+        bench.prompt_set_path("ood", root=tmp_path)
+    with pytest.raises(DFlashError, match="no prompt in categories poetry"):
+        bench_command.read_prompts(bench_args("--prompts", "ood", "--prompt-categories", "poetry"))
+    with pytest.raises(SystemExit):  # one prompt source at a time
+        bench_args("--prompts", "ood", "--prompts-file", "x.jsonl")
+    with pytest.raises(SystemExit):
+        bench_args("--prompts", "nonesuch")
+    for bound in ("0", "-1", "nan"):
+        with pytest.raises(DFlashError, match="--tpot-bound"):
+            bench_command._check(bench_args("--tpot-bound", bound))
+    assert math.isclose(bench_args().tpot_bound, 1.5)
