@@ -148,9 +148,9 @@ def worker_calls():
         drafting.deferred_context = DeferredContext() if defer_context else None
         select = type(drafting).select.__get__(drafting)
 
-        def logging_select(drafts, next_token_ids):
+        def logging_select(drafts, next_token_ids, *rest):
             drafting.log.append(drafts.tolist())
-            return select(drafts, next_token_ids)
+            return select(drafts, next_token_ids, *rest)
 
         def should_draft(batch):
             drafting.calls += 1
