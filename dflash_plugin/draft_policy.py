@@ -65,7 +65,7 @@ class CostModel:
 
 
 # Measured with vLLM 0.32 (CPU build, V1 runner, eager) on a 2-core x86 box, SmolLM2-135M target
-# and a 2-layer DFlash drafter with a 16-token block (see scripts/measure_vllm_dflash.py). The
+# and a 2-layer DFlash drafter with a 16-token block (see tools/measure_vllm_dflash.py). The
 # reference path (dflash generate) on a CPU uses it.
 CPU_COSTS = CostModel(verify_fixed=1.0, verify_per_token=0.09, draft_fixed=0.15,
                       draft_per_request=0.12)

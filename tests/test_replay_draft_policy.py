@@ -1,4 +1,4 @@
-"""scripts/replay_draft_policy.py's replay on hand-made traces (no model): the step accounting
+"""tools/replay_draft_policy.py's replay on hand-made traces (no model): the step accounting
 that its speedups rest on, and that it drives the real DraftPolicy."""
 
 import importlib.util
@@ -7,7 +7,7 @@ from pathlib import Path
 from dflash_plugin.draft_policy import DraftPolicy, PolicyMode, vllm_cpu_fp32_costs
 
 _SPEC = importlib.util.spec_from_file_location(
-    "replay_draft_policy", Path(__file__).parent.parent / "scripts" / "replay_draft_policy.py")
+    "replay_draft_policy", Path(__file__).parent.parent / "tools" / "replay_draft_policy.py")
 replay_script = importlib.util.module_from_spec(_SPEC)
 _SPEC.loader.exec_module(replay_script)
 

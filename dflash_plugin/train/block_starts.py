@@ -3,7 +3,7 @@ uniformly over the answer).
 
 Decoding starts a block only at the token after the previous block's last accepted draft, that
 is at a token the drafter got wrong. Measured with the round-11 drafter on 54 held-out prompts
-(teacher-forced traces of `scripts/replay_draft_policy.py`): 42% of answer positions start a
+(teacher-forced traces of `tools/replay_draft_policy.py`): 42% of answer positions start a
 block; 1 + accepted run is 2.41 there against 3.56 over all positions, so decoding's tau is set by
 the hard positions that uniform anchors under-weight. A position whose token the drafter's first
 draft from the position before got wrong starts a block 96% of the time, any other 17%.

@@ -15,7 +15,7 @@ Phase 2 (`compare`): the reference drafter (dflash_plugin, Hugging Face target) 
 forced on vLLM's own answer, at every position the served decoding started a block; the two
 blocks are compared draft by draft, and both are scored against vLLM's answer.
 
-    python scripts/compare_served_drafts.py --prompts-file P.jsonl --output R.json
+    python tools/compare_served_drafts.py --prompts-file P.jsonl --output R.json
 """
 
 from __future__ import annotations

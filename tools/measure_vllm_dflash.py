@@ -2,9 +2,9 @@
 speculation, at several batch sizes (offline `LLM.generate`, greedy, ignore_eos).
 
 One engine per run (start-up compiles; cached afterwards):
-  python scripts/measure_vllm_dflash.py none
-  python scripts/measure_vllm_dflash.py plugin --draft DRAFT [--policy adaptive|full|off]
-  python scripts/measure_vllm_dflash.py native --draft DRAFT        # VLLM_PLUGINS excludes us
+  python tools/measure_vllm_dflash.py none
+  python tools/measure_vllm_dflash.py plugin --draft DRAFT [--policy adaptive|full|off]
+  python tools/measure_vllm_dflash.py native --draft DRAFT        # VLLM_PLUGINS excludes us
 
 Besides wall-clock tokens/s it reports tokens per CPU-second of the engine's processes, which
 moves much less than wall time on a machine shared with other jobs. Results are appended as

@@ -20,7 +20,7 @@ Also reported, with no cost assumed: the drafter's acceptance when every step ve
 traced block (all block - 1 drafts): tau per prompt (tokens per step, the figure the model card
 compares rounds by), pooled over all prompts, and how often the first draft is right.
 
-    python scripts/replay_draft_policy.py --prompts-file P.jsonl --trace T.jsonl --output R.json
+    python tools/replay_draft_policy.py --prompts-file P.jsonl --trace T.jsonl --output R.json
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ decoder across prompts, as a server keeps its policy across requests. Reports to
 over plain, tokens per target pass, and whether every output equals plain decoding's. Writes
 JSON.
 
-    python scripts/compare_draft_policies.py --prompts-file P.jsonl --dtype float32 --output F.json
+    python tools/compare_draft_policies.py --prompts-file P.jsonl --dtype float32 --output F.json
 """
 
 from __future__ import annotations

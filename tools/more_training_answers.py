@@ -5,7 +5,7 @@ prompt already answered, none shares a template with the held-out split), then h
 answer them through vLLM exactly like the *responses* stage. Made
 train_data/smollm2-135m/responses_extra*.jsonl.gz:
 
-    .venv/bin/python scripts/more_training_answers.py --per-category 300 \\
+    .venv/bin/python tools/more_training_answers.py --per-category 300 \\
         --output train_data/smollm2-135m/responses_extra1.jsonl.gz
 
 Answers are saved chunk by chunk next to the output (NAME.partial.jsonl); run the same command

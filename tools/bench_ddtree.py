@@ -6,7 +6,7 @@ papers do) and decode tokens/s, plus the cost of one target verify pass per budg
 budget+1 nodes with tree attention) against one linear block, which is what bounds the useful
 budget on a given machine. Writes a JSON file and a PNG plot.
 
-    python scripts/bench_ddtree.py --draft DRAFTER --prompts-file prompts.jsonl --budgets 16,32,64
+    python tools/bench_ddtree.py --draft DRAFTER --prompts-file prompts.jsonl --budgets 16,32,64
 """
 
 from __future__ import annotations
