@@ -10,6 +10,8 @@ prompts the drafter was not trained on.
 
 from __future__ import annotations
 
+import gzip
+import io
 import json
 import os
 import random
@@ -49,6 +51,11 @@ class Prompt:
     id: str
     category: str
     text: str
+    # Set by the real-source builder (dflash_plugin/train/sources): where the prompt came from,
+    # and a second user message to ask on the target's own first answer.
+    source: str = ""
+    task: str = ""
+    followup: str | None = None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -875,16 +882,23 @@ def more_prompts(per_category: int, used: Iterable[Prompt], held_out: Iterable[P
 
 
 def write_jsonl(path: str | os.PathLike[str], prompts: Iterable[Prompt]) -> None:
-    """Write one `{"id", "category", "prompt"}` object per line, atomically."""
+    """Write one `{"id", "category", "prompt"}` object per line (plus source, task and
+    followup when set), atomically; gzipped when the name ends in .gz."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     # Write to a temp file in the same directory, then rename: readers never see a partial file.
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
+        with os.fdopen(fd, "wb") as raw:
+            # mtime=0: the same prompts always give the same .gz bytes (a committed artefact)
+            binary = gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) if path.suffix == ".gz" else raw
+            f = io.TextIOWrapper(binary, encoding="utf-8")
             for p in prompts:
-                f.write(json.dumps({"id": p.id, "category": p.category, "prompt": p.text},
-                                   ensure_ascii=False) + "\n")
+                row = {"id": p.id, "category": p.category, "prompt": p.text}
+                row.update({k: v for k, v in (("source", p.source), ("task", p.task),
+                                              ("followup", p.followup)) if v})
+                f.write(json.dumps(row, ensure_ascii=False) + "\n")
+            f.close()  # closes the gzip stream and the file
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -892,13 +906,16 @@ def write_jsonl(path: str | os.PathLike[str], prompts: Iterable[Prompt]) -> None
 
 
 def read_jsonl(path: str | os.PathLike[str]) -> list[Prompt]:
-    """Read prompts written by `write_jsonl` (blank lines are ignored)."""
+    """Read prompts written by `write_jsonl`, gzipped or not (blank lines are ignored)."""
     prompts = []
-    with open(path, encoding="utf-8") as f:
+    opener = gzip.open if str(path).endswith(".gz") else open
+    with opener(path, "rt", encoding="utf-8") as f:
         for line in f:
             if line.strip():
                 row = json.loads(line)
-                prompts.append(Prompt(id=row["id"], category=row["category"], text=row["prompt"]))
+                prompts.append(Prompt(id=row["id"], category=row["category"], text=row["prompt"],
+                                      source=row.get("source", ""), task=row.get("task", ""),
+                                      followup=row.get("followup")))
     return prompts
 
 
