@@ -14,7 +14,8 @@ Both are thin adapters over `dflash_plugin.drafter`: the modules (and so the par
 to the published checkpoints') are the core drafter's, `project_target_hidden` is the core's
 `fuse_context`, and the K/V of a token is the core's `project_kv` split into the three steps the
 worker calls. Only the attention call itself is SGLang's. tests/sglang/ check that this class
-provides everything the installed worker calls, and drafts the same tokens as the core.
+provides everything the installed worker calls (S4 in docs/engine-ledger.md), and drafts the same
+tokens as the core.
 """
 
 from __future__ import annotations
@@ -164,6 +165,7 @@ class SGLangDraftLayer(nn.Module):
         return h + self.mlp(self.post_attention_layernorm(h))
 
 
+# S4 (docs/engine-ledger.md): the draft-model contract of SGLang's DFLASH worker.
 class DFlashDraftModel(core.DFlashDraftModel):
     """Registered in SGLang's model registry under the published checkpoints' architecture name,
     so `--speculative-algorithm DFLASH` loads this class for them (sglang_ext.plugin)."""

@@ -14,7 +14,8 @@
   there, so DFLASH is taken over through the model registry above; new algorithm names (a draft-
   tree worker, say) belong in `install` through `SpeculativeAlgorithm.register`.
 
-Every step first checks that the SGLang names it relies on exist, and fails naming them.
+Every step first checks that the SGLang names it relies on exist, and fails naming them. Both
+registrations are entries of docs/engine-ledger.md: R2 (the model registry) and R3 (the hook).
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ def install() -> None:
     registry = _require(hooks, "HookRegistry", "sglang.srt.plugins.hook_registry")
     hook_type = _require(_require(hooks, "HookType", "sglang.srt.plugins.hook_registry"),
                          "BEFORE", "HookType")
-    registry.register(RESOLVER, _before_model_resolution, hook_type)
+    registry.register(RESOLVER, _before_model_resolution, hook_type)  # R3
 
 
 def _before_model_resolution(*args, **kwargs):
@@ -80,7 +81,8 @@ def requested_drafter(environ=os.environ) -> str:
 def native_reasons(model_config, tp_size: int | None = None) -> list[str]:
     """Why SGLang's own drafter serves this draft model ([]: this adapter's serves it)."""
     if requested_drafter() == "native":
-        return [f"this adapter's drafter adds nothing it lacks (DFLASH_SGLANG_DRAFTER=plugin selects it)"]
+        return ["this adapter's drafter adds nothing it lacks (DFLASH_SGLANG_DRAFTER=plugin "
+                "selects it)"]
     from sglang_ext.draft_model import unsupported_settings
 
     return unsupported_settings(model_config.hf_config, getattr(model_config, "quantization", None),
@@ -122,6 +124,7 @@ def register_draft_model() -> type:
     if registry.models.get(ARCHITECTURE) is DFlashDraftModel:
         return DFlashDraftModel
     _native_draft_model()  # SGLang's own registered first, so it can be put back
+    # R2: overwrite=True replaces SGLang's own entry for ARCHITECTURE
     _require(registry, "register", "ModelRegistry")(MODELS_PACKAGE, overwrite=True, strict=True)
     resolved = registry.models.get(ARCHITECTURE)
     if resolved is not DFlashDraftModel:

@@ -9,6 +9,8 @@ equalled the reference path's (first drafts 95%), and vLLM's native DFlash has t
 
 `grouped_rms_norm_works` finds out, once per device and dtype, by running the kernel on a small
 random input; where it is wrong, `rms_norm_per_layer` does the same normalisation in torch.
+The override of that private method (S3) and the kernel's private module (A4) are entries of
+docs/engine-ledger.md; `override_problems` is S3's guard.
 """
 
 from __future__ import annotations
@@ -19,6 +21,19 @@ import logging
 import torch
 
 logger = logging.getLogger(f"vllm.{__name__}")  # under vLLM's log handler
+
+# S3: the private method of vLLM's DFlashQwen3Model the plugin's draft model overrides, with the
+# parameters it was written against (vLLM 0.32).
+OVERRIDDEN = {"_normalize_context_k": ("self", "all_k")}
+
+
+def override_problems(parent: type) -> list[str]:
+    """S3's guard: why the per-layer override must stay out with this vLLM ([]: it may go in):
+    an untested release series, or `parent._normalize_context_k` missing or with other
+    parameters."""
+    from vllm_ext.guards import hook_problems
+
+    return hook_problems(parent, OVERRIDDEN)
 
 
 def rms_norm_per_layer(keys: torch.Tensor, weights: torch.Tensor, eps: float) -> torch.Tensor:
@@ -32,7 +47,7 @@ def rms_norm_per_layer(keys: torch.Tensor, weights: torch.Tensor, eps: float) ->
 @functools.lru_cache(maxsize=None)
 def grouped_rms_norm_works(device: torch.device, dtype: torch.dtype) -> bool:
     """Whether vLLM's `rms_norm` kernel applies a [layers, head_dim] weight row by layer."""
-    from vllm import _custom_ops as ops
+    from vllm import _custom_ops as ops  # A4: vLLM's private kernel module
 
     generator = torch.Generator().manual_seed(0)
     keys = torch.randn(3, 4, 2, 64, generator=generator).to(device=device, dtype=dtype)

@@ -29,8 +29,9 @@ logger = logging.getLogger(f"vllm.{__name__}")  # under vLLM's log handler
 _NOTHING = object()  # no bundled drafts waiting (distinct from None: "the worker had none")
 
 
-# The parent methods this class overrides or calls, with the parameters it passes.
+# S1: the parent methods this class overrides or calls, with the parameters it passes.
 EXPECTED_PARAMS = {
+    "_init_executor": ("self",),
     "execute_model": ("self", "scheduler_output", "non_block"),
     "sample_tokens": ("self", "grammar_output", "non_block"),
     "take_draft_token_ids": ("self",),
@@ -40,7 +41,7 @@ EXPECTED_PARAMS = {
 
 
 def guard_problems(parent=MultiprocExecutor) -> list[str]:
-    """Why bundling would be unsafe with this vLLM (empty: safe)."""
+    """S1's guard: why bundling would be unsafe with this vLLM (empty: safe)."""
     return version_problems() + signature_problems(parent, EXPECTED_PARAMS)
 
 
@@ -56,6 +57,7 @@ def sample_and_take_drafts(worker, grammar_output):
     return output, worker.take_draft_token_ids()
 
 
+# S1 (docs/engine-ledger.md): vLLM's multiprocessing executor, two of its RPCs bundled.
 class DraftIdsWithOutputExecutor(MultiprocExecutor):
     def _init_executor(self) -> None:
         super()._init_executor()

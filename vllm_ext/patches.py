@@ -1,36 +1,31 @@
-"""The propose patch (P1), its guards, and the context writes it does for skipped draft passes.
-The plugin's only other patch, P2, is in vllm_ext/zero_draft_sampling.py, with its own ledger.
+"""The propose patch (P1) and the context writes it does for skipped draft passes.
 
-Ledger
-------
-P1  Target:  vllm.v1.spec_decode.dflash.DFlashProposer.propose  (V1 model runner). DFlashProposer
-             inherits it from SpecDecodeBaseProposer; the patch adds an override on
-             DFlashProposer only, so EAGLE and the other proposers are untouched.
-    Why:     vLLM verifies every drafted token: the proposer returns a [batch, K] block, with
-             one K per step (num_speculative_tokens, or num_speculative_tokens_per_batch_size).
-             Load-aware drafting needs a length per request, including 0, and skipping the draft
-             query pass when nobody would get drafts verified.
-    How:     wraps the original, for drafters built by this plugin only (they carry a
-             `dflash_drafting` attribute; any other DFlash drafter runs the original untouched),
-             and only with synchronous scheduling (the CPU platform always uses it). It returns
-             list[list[int]], as the ngram proposer does: the V1 runner passes such lists to the
-             scheduler as they are (GPUModelRunner._get_draft_token_ids_cpu), and a shorter list
-             schedules fewer tokens to verify. When no request is to get drafts, only the
-             context K/V of the new target tokens is stored (set_inputs_first_pass +
-             build_model_inputs_first_pass), so later drafts never read stale cache slots;
-             by default that write is held back and done in one batched call before the next
-             draft pass (vllm_ext.context_store), which reads the proposer's context position
-             and slot buffers (checked at run time, written every step if they are missing).
-             It also turns on the proposer's `use_local_argmax_reduction` for these drafters, so
-             greedy drafts come from the drafter's `get_top_tokens` (vllm_ext.model): with a
-             draft vocabulary no full-vocabulary logits are built (skipped, with a log line, if
-             the proposer has no such attribute or the config verifies adaptively from logits).
-    Guard:   vLLM release series in vllm_ext.plugin.TESTED_VLLM (or the skip-version-check
-             override); DFlashProposer has propose / set_inputs_first_pass /
-             build_model_inputs_first_pass with the parameters used here. Otherwise nothing is
-             patched and the plugin's drafter behaves as vLLM's (full blocks), with a warning.
-    Removal: when vLLM lets a DFlash proposer return per-request draft lengths (for example
-             by extending `enable_adaptive_verification`, today DSpark-only, to DFlash).
+P1 patches DFlashProposer.propose on the V1 runner (its target, guards and tests are in
+docs/engine-ledger.md; the override is added on DFlashProposer only, so EAGLE and the other
+proposers are untouched).
+
+vLLM verifies every drafted token: the proposer returns a [batch, K] block, with one K per step
+(num_speculative_tokens, or num_speculative_tokens_per_batch_size). Load-aware drafting needs a
+length per request, including 0, and skipping the draft query pass when nobody would get drafts
+verified.
+
+It wraps the original, for drafters built by this plugin only (they carry a `dflash_drafting`
+attribute; any other DFlash drafter runs the original untouched), and only with synchronous
+scheduling (the CPU platform always uses it). It returns list[list[int]], as the ngram proposer
+does: the V1 runner passes such lists to the scheduler as they are
+(GPUModelRunner._get_draft_token_ids_cpu), and a shorter list schedules fewer tokens to verify.
+When no request is to get drafts, only the context K/V of the new target tokens is stored
+(set_inputs_first_pass + build_model_inputs_first_pass), so later drafts never read stale cache
+slots; by default that write is held back and done in one batched call before the next draft pass
+(vllm_ext.context_store), which reads the proposer's context position and slot buffers (checked at
+run time, written every step if they are missing). It also turns on the proposer's
+`use_local_argmax_reduction` for these drafters, so greedy drafts come from the drafter's
+`get_top_tokens` (vllm_ext.model): with a draft vocabulary no full-vocabulary logits are built
+(skipped, with a log line, if the proposer has no such attribute or the config verifies adaptively
+from logits).
+
+It can go when vLLM lets a DFlash proposer return per-request draft lengths (for example by
+extending `enable_adaptive_verification`, today DSpark-only, to DFlash).
 """
 
 from __future__ import annotations
@@ -49,7 +44,8 @@ SET_INPUTS_PARAMS = ("self", "target_token_ids", "next_token_ids", "target_posit
                      "target_hidden_states", "token_indices_to_sample", "cad",
                      "num_rejected_tokens_gpu")
 BUILD_INPUTS_PARAMS = ("self", "num_tokens", "num_input_tokens", "mm_embed_inputs")
-# Where set_inputs_first_pass leaves the context positions and slots (deferred writes read them)
+# A1: where set_inputs_first_pass leaves the context positions and slots (deferred writes read
+# them)
 CONTEXT_BUFFERS = ("_context_positions_buffer", "_context_slot_mapping_buffer")
 
 
@@ -97,7 +93,7 @@ def _load_aware_propose(original):
         if num_speculative_tokens <= 0 or not drafting.policy.should_draft(batch):
             drafting.skipped()
             self.num_speculative_tokens = num_speculative_tokens  # as the original does first
-            self._last_draft_probs = None
+            self._last_draft_probs = None  # A2
             _store_context_only(self, drafting, target_token_ids, target_positions,
                                 target_hidden_states, next_token_ids, cad,
                                 num_rejected_tokens_gpu)
@@ -140,7 +136,7 @@ def _drafting_of(proposer):
 def _context_slots(proposer, target_token_ids) -> torch.Tensor:
     """This step's context slots, as set_inputs_first_pass left them (a view of a buffer the
     proposer reuses every step)."""
-    return proposer._context_slot_mapping_buffer[:target_token_ids.shape[0]]
+    return proposer._context_slot_mapping_buffer[:target_token_ids.shape[0]]  # A1
 
 
 def _set_context_inputs(proposer, target_token_ids, target_positions, features,
@@ -173,7 +169,7 @@ def _store_context_only(proposer, drafting, target_token_ids, target_positions,
         return
     num_context = target_token_ids.shape[0]
     # The proposer reuses these buffers every step: keep copies.
-    positions = proposer._context_positions_buffer[:num_context].clone()
+    positions = proposer._context_positions_buffer[:num_context].clone()  # A1
     slots = _context_slots(proposer, target_token_ids).clone()
     # vLLM concatenates the target layers' features into a new tensor each step; a view (a
     # target without auxiliary layers) could be overwritten before the flush, so copy it.
@@ -184,7 +180,7 @@ def _store_context_only(proposer, drafting, target_token_ids, target_positions,
 
 
 def _has_context_buffers(proposer) -> bool:
-    """The proposer attributes a deferred write reads (vLLM 0.32's DFlashProposer)."""
+    """A1's guard: the proposer attributes a deferred write reads (vLLM 0.32's DFlashProposer)."""
     ok = all(isinstance(getattr(proposer, name, None), torch.Tensor)
              for name in CONTEXT_BUFFERS)
     if not ok and not getattr(proposer, "_dflash_context_buffers_warned", False):

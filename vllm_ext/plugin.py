@@ -82,6 +82,6 @@ def register():
         return
     from vllm import ModelRegistry
 
-    ModelRegistry.register_model(ARCHITECTURE, MODEL_CLASS)
+    ModelRegistry.register_model(ARCHITECTURE, MODEL_CLASS)  # R1
     _registered = True
     logger.debug("dflash plugin: %s -> %s", ARCHITECTURE, MODEL_CLASS)

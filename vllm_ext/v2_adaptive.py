@@ -19,30 +19,17 @@ This module adds to that budget what vLLM's choice lacks, from dflash_plugin.dra
   profiled tables price the step (measured on the GPU that runs, unlike the CUDA preset).
 The draft pass itself always runs on V2 (vLLM's design): only verification is trimmed.
 
-Ledger
-------
-P3  Target:  vllm.v1.worker.gpu.spec_decode.adaptive_verification.AdaptiveVerificationManager
-             .get_num_tokens (V2 model runner).
-    Why:     the budget is chosen there, as the argmax of expected tokens per millisecond, and
-             vLLM offers no hook to add a margin, a policy mode or other prices to that choice.
-    How:     wraps the original and lets it run (its bookkeeping, `_batch_budget`, is what
-             compact_batch and reallocate_drafts read next), then chooses the budget again from
-             the same inputs (the previous draft pass's confidences already copied to the CPU,
-             each request's scheduled drafts, the non-draft tokens, vLLM's cost tables or the
-             plugin's prices) and stores it in `_batch_budget`. Only the count changes: which
-             drafts fill it is still vLLM's choice, and every verified draft goes through the
-             rejection sampler, so the output is unchanged (token-identical at T=0). It is numpy
-             on arrays vLLM has already copied to the CPU: no GPU sync, so async scheduling is
-             unaffected. It acts only in a worker whose runner built this plugin's drafter for
-             method dflash (vllm_ext.load_aware activates it); elsewhere it returns the
-             original's answer untouched.
-    Guard:   vLLM release series in vllm_ext.plugin.TESTED_VLLM (or the skip-version-check
-             override); get_num_tokens, compact_batch, reallocate_drafts and record_confidences
-             with the parameters used here; at run time, the manager attributes it reads and
-             `_batch_budget` as (drafts per request, other tokens per request, budget) adding
-             up to the original's answer. Otherwise nothing is patched, or the hook steps aside
-             for good with a warning, and vLLM's own budget stands.
-    Removal: when vLLM's adaptive verification takes a speedup margin or a budget hook.
+P3, the patch on AdaptiveVerificationManager.get_num_tokens (its target, guards and tests are in
+docs/engine-ledger.md), wraps the original and lets it run (its bookkeeping, `_batch_budget`, is
+what compact_batch and reallocate_drafts read next), then chooses the budget again from the same
+inputs (the previous draft pass's confidences already copied to the CPU, each request's scheduled
+drafts, the non-draft tokens, vLLM's cost tables or the plugin's prices) and stores it in
+`_batch_budget`. Only the count changes: which drafts fill it is still vLLM's choice, and every
+verified draft goes through the rejection sampler, so the output is unchanged (token-identical at
+T=0). It is numpy on arrays vLLM has already copied to the CPU: no GPU sync, so async scheduling is
+unaffected. It acts only in a worker whose runner built this plugin's drafter for method dflash
+(vllm_ext.load_aware activates it); elsewhere it returns the original's answer untouched.
+It can go when vLLM's adaptive verification takes a speedup margin or a budget hook.
 """
 
 from __future__ import annotations
@@ -209,10 +196,10 @@ def batch_drafts(manager, num_tokens_per_req: dict[str, int],
     states = manager.req_states
     slots = np.fromiter(map(states.req_id_to_index.__getitem__, req_ids), dtype=np.int64,
                         count=num_reqs)
-    confidences = manager._stale_confidences[manager._stale_idx].np[slots]
+    confidences = manager._stale_confidences[manager._stale_idx].np[slots]  # A5
     sampling = np.count_nonzero(states.num_computed_tokens_np[slots] + other
                                 >= states.prefill_len.np[slots])
-    logits_room = manager._max_total_logits - num_reqs * manager.num_bonus_tokens
+    logits_room = manager._max_total_logits - num_reqs * manager.num_bonus_tokens  # A5
     return BatchDrafts(confidences=confidences, scheduled=scheduled,
                        other_tokens=int(other.sum()), sampling_requests=int(sampling),
                        max_budget=min(int(scheduled.sum()), max(0, logits_room)))
@@ -234,7 +221,7 @@ def _budgeted_get_num_tokens(original):
         if budget is None:
             return num_tokens
         try:
-            drafts_per_req, other_per_req, vllm_budget = self._batch_budget
+            drafts_per_req, other_per_req, vllm_budget = self._batch_budget  # A5
             other = sum(other_per_req.values())
             if other + vllm_budget != num_tokens:
                 raise ValueError(f"_batch_budget adds up to {other + vllm_budget}, "

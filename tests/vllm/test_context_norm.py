@@ -66,3 +66,30 @@ def test_the_probe_tells_what_vllms_kernel_does():
     if not grouped:  # then it is layer 0's weight for all (the fault the module describes)
         first_only = per_layer_qwen3_norm(keys, weights[:1].expand_as(weights))
         torch.testing.assert_close(out, first_only)
+
+
+def test_the_override_goes_in_only_where_its_guard_passes(monkeypatch):
+    """S3's guard: the installed vLLM passes; a DFlashQwen3Model whose _normalize_context_k takes
+    other parameters, or an untested vLLM series, keeps vLLM's own class."""
+    from vllm.model_executor.models.qwen3_dflash import DFlashQwen3Model
+
+    import vllm_ext.plugin as plugin
+    from vllm_ext.context_norm import override_problems
+    from vllm_ext.model import DFlashVllmDraftModel, draft_model_class
+
+    assert override_problems(DFlashQwen3Model) == []
+    assert draft_model_class() is DFlashVllmDraftModel
+
+    class Changed(DFlashQwen3Model):
+        def _normalize_context_k(self, all_k, layer_ids):
+            return all_k
+
+    class Missing:
+        pass
+
+    assert "Changed._normalize_context_k has parameters" in override_problems(Changed)[0]
+    assert draft_model_class(Changed) is Changed
+    assert "Missing._normalize_context_k is missing" in override_problems(Missing)[0]
+    monkeypatch.setattr(plugin, "version_is_tested", lambda version: False)
+    assert any("not a tested release" in p for p in override_problems(DFlashQwen3Model))
+    assert draft_model_class() is DFlashQwen3Model
