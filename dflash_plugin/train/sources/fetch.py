@@ -8,7 +8,6 @@ can name exactly what a prompt set was built from.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import tempfile
@@ -16,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dflash_plugin.errors import DFlashError
+from dflash_plugin.switches import read
 
 _MARKER = ".dflash-package.json"
 
@@ -28,9 +28,7 @@ class Package:
 
 
 def source_cache() -> Path:
-    from dflash_plugin.target import dflash_home  # target.py imports torch; only load it here
-
-    return Path(os.environ.get("DFLASH_SOURCES", dflash_home() / "sources"))
+    return read("DFLASH_SOURCES")  # default $DFLASH_HOME/sources
 
 
 def cached_package(name: str, cache: Path | None = None) -> Package | None:
