@@ -2,11 +2,10 @@
 draft policy's cost preset.
 
 bfloat16 is only fast on CPUs with bf16 dot-product instructions (x86 AVX512-BF16 or AMX). Without
-them (e.g. AVX2-only x86 servers) PyTorch and oneDNN convert every bf16 operand: measured on an
-AVX2 AMD EPYC here, a 576x1536 bf16 linear ran at ~9 GFLOP/s at any row count, float32 at 14
-(1 row) to 75 GFLOP/s (64 rows) on one core. There a bf16 target step is slower than a float32
-one, and verifying 16 tokens costs ~14 plain steps' worth of matmuls, so speculation cannot pay.
-vLLM's CPU platform lists bf16 as supported on every x86 CPU and keeps a bf16 model in bf16.
+them (e.g. AVX2-only x86 servers) PyTorch and oneDNN convert every bf16 operand, so a bf16 target
+step is slower than a float32 one and verifying drafts costs nearly a plain step per token:
+speculation cannot pay (docs/history.md, "CPUs without native bf16"). vLLM's CPU platform lists
+bf16 as supported on every x86 CPU and keeps a bf16 model in bf16.
 """
 
 from __future__ import annotations

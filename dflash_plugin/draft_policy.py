@@ -64,24 +64,18 @@ class CostModel:
         return self.draft_fixed + self.draft_per_request * num_requests
 
 
-# Measured with vLLM 0.32 (CPU build, V1 runner, eager) on a 2-core x86 box, SmolLM2-135M target
-# and a 2-layer DFlash drafter with a 16-token block (see tools/measure_vllm_dflash.py). The
-# reference path (dflash generate) on a CPU uses it.
+# The reference path's preset on a CPU (dflash generate): vLLM-CPU's eager steps with a 2-layer
+# drafter and a 16-token block, measured with tools/measure_vllm_dflash.py.
 CPU_COSTS = CostModel(verify_fixed=1.0, verify_per_token=0.09, draft_fixed=0.15,
                       draft_per_request=0.12)
-# vLLM-CPU 0.32 in its default compiled mode with the plugin's executor, the same box and target,
-# the 5-layer shipped drafter: a draft pass took 0.35 / 0.61 of a plain step at batch 1 / 4 and a
-# verified draft 0.055-0.07 (docs/bench/overhead/compiled-step-costs.jsonl), i.e. 0.26 + 0.087
-# per request; the draft head's oneDNN kernel since saves 0.4-0.9 ms of a ~25 ms step, hence
-# 0.24 + 0.08. The vLLM plugin uses it on CPUs (4-5% faster than CPU_COSTS at concurrency 4).
+# The vLLM plugin's preset for a 16-bit target on a CPU with native bf16: compiled steps with its
+# executor and a 5-layer drafter (docs/history.md, "The vLLM-CPU cost presets").
 VLLM_CPU_COSTS = CostModel(verify_fixed=1.0, verify_per_token=0.06, draft_fixed=0.24,
                            draft_per_request=0.08)
 VLLM_CPU_COSTS_LAYERS = 5  # the drafter depth VLLM_CPU_COSTS was measured with
-# What each drafter layer beyond (or short of) those 5 adds to the draft pass there, fixed and
-# per request: the 8-layer round-11 drafter against the 5-layer round 10, same target, 15 drafts
-# per pass, full blocks, compiled, batch 1 / 4 / 16: +3.7 / +10.2 / +43 ms a step on a 24.7 ms
-# plain step (docs/bench/overhead/drafter-depth-step-costs.jsonl), i.e. 0.005 + 0.036 per
-# request per layer: every layer sees 16 positions per request.
+# What each drafter layer beyond (or short of) those 5 adds to the draft pass, fixed and per
+# request: every layer sees each request's whole block (measured between 5 and 8 layers, same
+# section of docs/history.md).
 VLLM_CPU_COSTS_PER_LAYER = (0.005, 0.036)
 
 
@@ -102,24 +96,15 @@ def vllm_cpu_costs(num_draft_layers: int | None = None) -> CostModel:
                                          + extra * per_layer_per_request, 0.01))
 
 
-# vLLM-CPU 0.32, compiled, **float32**, on a 2-core AVX2 AMD EPYC (Zen 3: no AVX-512, so no native
-# bf16; session 20), SmolLM2-135M and the 8-layer round-11 drafter, offline, greedy, 64 tokens,
-# full blocks (docs/bench/overhead/fp32-avx2-step-costs.jsonl). A plain step took 66 / 97 / 157 ms
-# at batch 1 / 4 / 16, so a verified token costs ~0.09 of a batch-1 step. A step drafting P
-# positions per request and verifying P - 1 took 186 ms (batch 1, P = 16), 116 ms (batch 1,
-# P = 4) and 204 ms (batch 4, P = 4); less the target's share, a draft pass of 0.44 / 0.28 / 0.71,
-# i.e. 0.137 + B * (0.09 + 0.0133 * P): here (unlike with native bf16) each drafted position
-# costs compute, so the preset depends on the engine's draft length (num_speculative_tokens + 1).
+# A float32 target on a CPU (compiled vLLM-CPU, an AVX2 machine; docs/history.md, "CPUs without
+# native bf16"): unlike with native bf16 each drafted position costs compute, so the draft pass
+# depends on the engine's draft length P (num_speculative_tokens + 1): fixed + B * (per request
+# + per position * P).
 VLLM_CPU_FP32_VERIFY_PER_TOKEN = 0.09
 VLLM_CPU_FP32_DRAFT = (0.137, 0.09, 0.0133)  # fixed, per request, per request and position
-# Served, drafted steps with several requests cost more than these offline steps say: at 4
-# concurrent requests (held-out prompts, 4-token block, tau 2.6, where the preset predicts ~1.1x)
-# the plugin ran 0.92x plain and its draft-free path (DFLASH_DRAFT_POLICY=off) 1.00x in one bench
-# run, 0.89x against 0.94x with this bar in another (3 runs each; session 22, AVX2 EPYC). So with
-# two or more requests in the step, drafts are verified only where the preset expects 1.3x plain.
-# With it the plugin ran 4-19 draft passes per 500 steps at concurrency 4, and a variant that
-# never drafts for two or more requests ran as fast (0.86x plain both, session 23): what is left
-# at 4 and above is the price of vLLM's speculative mode, not batched drafting.
+# Served, drafted steps with several requests cost more than the offline steps above say, so with
+# two or more requests in the step drafts are verified only where the preset expects 1.3x plain
+# (docs/history.md, "The batched bar").
 VLLM_CPU_FP32_BATCHED_BAR = 1.3
 
 
@@ -134,11 +119,8 @@ def vllm_cpu_fp32_costs(draft_positions: int) -> CostModel:
 
 
 # A 16-bit target on a CPU without native bf16 (no AVX512-BF16 / AMX): every bf16 matmul row is
-# converted in software. Measured on the same EPYC, one core: a 576x1536 bf16 linear took 224 us
-# for 1 row and 3,173 us for 16 (each added row +0.9 of the first), float32 126 / 538 us; served in
-# bf16, the plugin ran at 0.47x plain at concurrency 1 with the native-bf16 preset. Each verified
-# token costs about a whole plain step's matmuls (a plain step: 0.15 fixed + 0.85 for its one
-# token), so under this preset the policy does not draft (for a drafter right 95% of the time).
+# converted in software, so each verified token costs about a whole plain step's matmuls and under
+# this preset the policy does not draft (docs/history.md, "CPUs without native bf16").
 VLLM_CPU_SOFTWARE_BF16_COSTS = CostModel(verify_fixed=0.15, verify_per_token=0.85,
                                          draft_fixed=0.3, draft_per_request=0.5)
 
@@ -164,8 +146,8 @@ def vllm_cpu_preset(num_draft_layers: int | None, draft_positions: int,
 
 
 # An 8B-class target with a 5-layer drafter on one H200: measured_costs.cuda_costs(5), the fit of
-# docs/bench/cuda-h200-8b-step-costs.json (rounded; a test keeps the two equal). Memory-bound: 16
-# verified tokens cost ~5% of a step at batch 1.
+# docs/bench/cuda-h200-8b-step-costs.json (rounded; a test keeps the two equal). Memory-bound:
+# extra verified tokens are nearly free.
 CUDA_COSTS = CostModel(verify_fixed=0.973, verify_per_token=0.0034, draft_fixed=0.164,
                        draft_per_request=0.0096)
 
@@ -327,11 +309,20 @@ class DraftPolicy:
         return self._plan(confidence[:, :limit])
 
     def _plan(self, confidence: torch.Tensor) -> list[int]:
+        return self.plan(self.drafter_gains(confidence))
+
+    def drafter_gains(self, confidence: torch.Tensor) -> torch.Tensor:
+        """[B, K] top-1 probabilities -> calibrated chances that drafts 1..k are all accepted,
+        folded into the running curve `should_draft` reads."""
         gains = cumulative_acceptance(self.calibration(confidence))
         mean = gains.mean(dim=0)
         mean = torch.cat([mean, mean.new_zeros(self.block - mean.numel())])
         self.curve = (1 - self.smoothing) * self.curve + self.smoothing * mean
         self._worth_drafting = {k: v for k, v in self._worth_drafting.items() if k[1]}
+        return gains
+
+    def plan(self, gains: torch.Tensor) -> list[int]:
+        """Draft lengths [B] for these cumulative acceptance chances [B, K] under the costs."""
         lengths = plan_draft_lengths(gains, self.costs)
         if any(lengths):
             self.steps_without_drafts = 0

@@ -2,11 +2,10 @@
 uniformly over the answer).
 
 Decoding starts a block only at the token after the previous block's last accepted draft, that
-is at a token the drafter got wrong. Measured with the round-11 drafter on 54 held-out prompts
-(teacher-forced traces of `tools/replay_draft_policy.py`): 42% of answer positions start a
-block; 1 + accepted run is 2.41 there against 3.56 over all positions, so decoding's tau is set by
-the hard positions that uniform anchors under-weight. A position whose token the drafter's first
-draft from the position before got wrong starts a block 96% of the time, any other 17%.
+is at a token the drafter got wrong, so decoding's tau is set by the hard positions that uniform
+anchors under-weight; a position whose token the first draft from the position before got wrong
+almost always starts a block (teacher-forced traces of `tools/replay_draft_policy.py`;
+docs/history.md, section 1, "Anchors where decoding starts blocks").
 
 `block_start_weights` turns that into sampling weights from one cheap no-grad pass that drafts
 a single token after every answer position (blocks of two: the bonus token and one mask), and
@@ -19,8 +18,8 @@ import torch
 
 from dflash_plugin.train.batches import draft_block_batch, make_block_batch
 
-# P(decoding starts a block at t | the first draft from t-1 equals the token at t), round 11's
-# drafter on 54 held-out prompts; a wrong first draft gives ~0.96, taken as 1.
+# P(decoding starts a block at t | the first draft from t-1 equals the token at t), from those
+# traces; a wrong first draft gives nearly 1, taken as 1.
 START_RATE_AFTER_RIGHT_DRAFT = 0.17
 
 
