@@ -3,6 +3,8 @@ drafter learns the target's distribution (the published recipe regenerates respo
 
 Batched through vLLM's offline engine when it is installed (CPU build: hundreds of tokens/s),
 else through Hugging Face generation. Resumable: finished prompt ids are skipped on re-run.
+A prompt with a `followup` gets a second turn: the follow-up is asked on the target's own
+first answer, and that answer is stored as its own record (id PROMPT_ID/followup).
 """
 
 from __future__ import annotations
@@ -14,8 +16,10 @@ from pathlib import Path
 from tqdm import tqdm
 
 from dflash_plugin.cpu_features import default_cpu_dtype
-from dflash_plugin.prompt_io import encode_user_turn
+from dflash_plugin.prompt_io import encode_chat, encode_user_turn
 from dflash_plugin.train.prompts import Prompt
+
+FOLLOWUP_SUFFIX = "/followup"
 
 
 def _done_ids(path: Path) -> set[str]:
@@ -25,15 +29,16 @@ def _done_ids(path: Path) -> set[str]:
         return {json.loads(line)["id"] for line in f if line.strip()}
 
 
-def _vllm_engine(target_path: str, max_tokens: int, temperature: float, seed: int):
+def _vllm_engine(target_path: str, max_tokens: int, temperature: float, seed: int,
+                 dtype: str | None = None, max_model_len: int = 4096):
     """A function prompt ids -> response ids backed by one vLLM offline engine."""
     # Both cores for one batch job (vLLM's CPU default reserves one core for the front end).
     os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", f"0-{(os.cpu_count() or 1) - 1}")
     os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
     from vllm import LLM, SamplingParams, TokensPrompt
 
-    llm = LLM(model=target_path, dtype=default_cpu_dtype() or "bfloat16", max_model_len=2048,
-              gpu_memory_utilization=0.5, seed=seed)
+    llm = LLM(model=target_path, dtype=dtype or default_cpu_dtype() or "bfloat16",
+              max_model_len=max_model_len, gpu_memory_utilization=0.5, seed=seed)
     # Token ids are all we keep: skipping detokenization frees the front-end process's CPU.
     params = SamplingParams(temperature=temperature, max_tokens=max_tokens, seed=seed,
                             detokenize=False)
@@ -45,7 +50,8 @@ def _vllm_engine(target_path: str, max_tokens: int, temperature: float, seed: in
     return run
 
 
-def _hf_engine(target_path: str, max_tokens: int, temperature: float, seed: int):
+def _hf_engine(target_path: str, max_tokens: int, temperature: float, seed: int,
+               dtype: str | None = None, max_model_len: int = 4096):
     """The same through Hugging Face decoding (slow; for tests and machines without vLLM)."""
     import torch
 
@@ -64,25 +70,62 @@ def _hf_engine(target_path: str, max_tokens: int, temperature: float, seed: int)
 
 
 def generate_responses(target_path: str | Path, prompts: list[Prompt], out_path: str | Path,
-                       *, max_tokens: int = 384, temperature: float = 0.0, seed: int = 0,
-                       engine: str = "vllm", chunk: int = 512):
-    """Append {id, category, prompt, prompt_ids, response_ids} lines to out_path."""
+                       *, max_tokens: int = 1024, temperature: float = 0.0, seed: int = 0,
+                       engine: str = "vllm", chunk: int = 512, dtype: str | None = None,
+                       max_model_len: int = 4096) -> dict:
+    """Append {id, category, prompt, prompt_ids, response_ids} lines to out_path (plus source,
+    task and turn when known); returns counts of this call's work."""
     from transformers import AutoTokenizer
 
     out_path = Path(out_path)
     done = _done_ids(out_path)
     todo = [p for p in prompts if p.id not in done]
+    stats = {"prompts": 0, "followups": 0, "followups_too_long": 0, "skipped_too_long": 0,
+             "response_tokens": 0}
     if not todo:
-        return
+        return stats
     tokenizer = AutoTokenizer.from_pretrained(str(target_path))
     run = {"vllm": _vllm_engine, "hf": _hf_engine}[engine](str(target_path), max_tokens,
-                                                           temperature, seed + len(done))
+                                                           temperature, seed + len(done),
+                                                           dtype, max_model_len)
     for begin in tqdm(range(0, len(todo), chunk), desc="responses", unit="chunk"):
         batch = todo[begin:begin + chunk]
-        prompt_ids = [encode_user_turn(tokenizer, p.text)
-                      for p in batch]
-        responses = run(prompt_ids)
+        encoded = [(p, encode_user_turn(tokenizer, p.text)) for p in batch]
+        # A prompt that leaves no room for a whole answer would be refused by the engine.
+        fits = [(p, ids) for p, ids in encoded if len(ids) + max_tokens <= max_model_len]
+        stats["skipped_too_long"] += len(encoded) - len(fits)
+        responses = run([ids for _, ids in fits]) if fits else []
+        rows = [_row(p, p.id, p.text, ids, response, 1)
+                for (p, ids), response in zip(fits, responses)]
+        second = []
+        for (p, ids), response in zip(fits, responses):
+            if not p.followup:
+                continue
+            messages = [{"role": "user", "content": p.text},
+                        {"role": "assistant",
+                         "content": tokenizer.decode(response, skip_special_tokens=True)},
+                        {"role": "user", "content": p.followup}]
+            conv = encode_chat(tokenizer, messages)
+            if len(conv) + max_tokens <= max_model_len:
+                second.append((p, conv))
+            else:
+                stats["followups_too_long"] += 1
+        if second:
+            for (p, conv), response in zip(second, run([c for _, c in second])):
+                rows.append(_row(p, p.id + FOLLOWUP_SUFFIX, p.followup, conv, response, 2))
+        stats["prompts"] += len(fits)
+        stats["followups"] += len(second)
+        stats["response_tokens"] += sum(len(r["response_ids"]) for r in rows)
+        # One write per chunk: a stop between turns never leaves a prompt half answered.
         with out_path.open("a") as f:
-            for p, ids, response in zip(batch, prompt_ids, responses):
-                f.write(json.dumps({"id": p.id, "category": p.category, "prompt": p.text,
-                                    "prompt_ids": ids, "response_ids": response}) + "\n")
+            f.write("".join(json.dumps(r) + "\n" for r in rows))
+    return stats
+
+
+def _row(p: Prompt, row_id: str, text: str, prompt_ids: list[int], response: list[int],
+         turn: int) -> dict:
+    row = {"id": row_id, "category": p.category, "prompt": text, "prompt_ids": prompt_ids,
+           "response_ids": response}
+    if p.source:
+        row.update(source=p.source, task=p.task, turn=turn)
+    return row

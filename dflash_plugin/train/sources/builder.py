@@ -122,14 +122,17 @@ def select_prompts(materials: dict[str, list[Material]], num_prompts: int, *, se
     least-used of two random task families it fits; no source or family exceeds max_share."""
     report = report or BuildReport(num_prompts)
     # With fewer sources or families than 1/max_share, the cap widens so the set can fill.
-    families = {f for items in materials.values() for m in items[:2000] for f in _families(m)}
+    sample = [(f, m) for items in materials.values() for m in items[:2000] for f in _families(m)]
+    families = {f for f, _ in sample}
+    categories = {_category(f, m) for f, m in sample}
     source_cap = max(1, int(max(max_share, 1 / max(1, len(materials))) * num_prompts))
     cap = max(1, int(max(max_share, 1 / max(1, len(families))) * num_prompts))
+    category_cap = max(1, int(max(max_category_share, 1 / max(1, len(categories)))
+                              * num_prompts))
     rng = random.Random(f"dflash-select:{seed}")
     near = NearDuplicates(threshold=dedup_threshold)
     seen: set[str] = set()
     by_source, by_task, by_category = Counter(), Counter(), Counter()
-    category_cap = max(1, int(max_category_share * num_prompts))
     used: set[tuple[str, str]] = set()
     queues = {name: list(items) for name, items in materials.items()}
     passes = dict.fromkeys(queues, 0)
@@ -181,9 +184,11 @@ def select_prompts(materials: dict[str, list[Material]], num_prompts: int, *, se
                 continue
             if eval_index is not None and eval_index.hits(text):
                 report.contaminated += 1
-                if len(report.contamination_examples) < 12:
+                shared = eval_index.shared(text)[0]
+                if len(report.contamination_examples) < 12 and shared not in {
+                        e["shared"] for e in report.contamination_examples}:
                     report.contamination_examples.append(
-                        {"source": name, "task": family, "shared": eval_index.shared(text)[0]})
+                        {"source": name, "task": family, "shared": shared})
                 continue
             pid = _prompt_id(name, text)
             if not near.add(text, pid, signature=sig):

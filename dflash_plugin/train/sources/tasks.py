@@ -169,7 +169,10 @@ FAMILIES: tuple[Family, ...] = (
     F("roleplay-teacher", "roleplay", ("story_passage", "old_text_passage"), (
         "Act as my literature tutor. Ask me questions about this passage one at a time to "
         "check I understood it:\n\n{passage}", "Pretend you're the narrator of this passage "
-        "and I'm interviewing you about what happened.\n\n{passage}"),
+        "and I'm interviewing you about what happened.\n\n{passage}", "Let's do a scene. "
+        "You play one of the people in this passage, I'll play a visitor who has just "
+        "arrived. Start in character.\n\n{passage}", "{passage}\n\nYou're a museum guide "
+        "and this text is on display. Introduce it to a group of teenagers."),
       ("I think it's about money? Was I right?", "next question")),
     F("passage-explain", "domain", ("tech_passage",), (
         "Explain this to me like I'm a beginner:\n\n{passage}", "I'm reading {work} and "
