@@ -50,6 +50,10 @@ MEMORY_ENGINE_FLAGS = ("--gpu-memory-utilization", "--kv-cache-memory-bytes")
 # (vllm_ext/executor.py); passed for the plugin's DFLASH on CPU, where vLLM always uses "mp".
 DRAFT_IDS_EXECUTOR = "vllm_ext.executor.DraftIdsWithOutputExecutor"
 EXECUTOR_FLAG = "--distributed-executor-backend"
+# Each response (n == 1) carries its own acceptance in `metrics.speculative_decoding`: drafts
+# proposed and accepted, mean acceptance length, per-position counts (vLLM's option).
+PER_REQUEST_METRICS_FLAG = "--per-request-spec-decode-metrics"
+PER_REQUEST_METRICS = "summary"
 VLLM_PLUGIN_NAME = "dflash"  # our vllm.general_plugins entry point
 # Thread binding on CPU is left at vLLM's default (VLLM_CPU_OMP_THREADS_BIND=auto): the model's
 # OpenMP threads on all cores but one, which stays free for the API server and the engine-core
@@ -565,6 +569,8 @@ def vllm_launch(opts: ServeOptions, python: str = sys.executable) -> Launch:
     spec = speculative_config(opts)
     if spec is not None:
         argv += ["--speculative-config", json.dumps(spec)]
+        if not _engine_args_set(opts, PER_REQUEST_METRICS_FLAG):
+            argv += [PER_REQUEST_METRICS_FLAG, PER_REQUEST_METRICS]
     if uses_draft_ids_executor(opts, cpu):
         argv += [EXECUTOR_FLAG, DRAFT_IDS_EXECUTOR]
     argv += opts.engine_args

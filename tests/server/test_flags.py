@@ -461,3 +461,19 @@ def test_vllm_cpu_in_float32_drafts_a_shorter_block_by_default(random_drafter, m
     assert draft_tokens("--", "--dtype", "float") == 3
     monkeypatch.setattr(flags, "is_cpu_vllm", lambda: False)  # GPUs: the checkpoint's block
     assert draft_tokens("--dtype", "float32") == 15
+
+
+def test_speculative_servers_report_acceptance_per_request(random_drafter):
+    """vLLM's per-request acceptance metrics are on wherever speculation is (vLLM refuses the
+    option without it); a value in the engine arguments wins."""
+    flag = flags.PER_REQUEST_METRICS_FLAG
+    for algorithm in ("DFLASH", "NGRAM"):
+        argv = flags.vllm_launch(flags.resolve(options(
+            "--speculative-algorithm", algorithm, "--speculative-draft-model-path",
+            str(random_drafter)))).argv
+        assert argv[argv.index(flag) + 1] == "summary"
+    assert flag not in flags.vllm_launch(flags.resolve(options(
+        "--speculative-algorithm", "NONE"))).argv
+    chosen = flags.vllm_launch(flags.resolve(options(
+        "--speculative-draft-model-path", str(random_drafter), f"{flag}=detailed"))).argv
+    assert [a for a in chosen if a.startswith(flag)] == [f"{flag}=detailed"]
