@@ -1,0 +1,256 @@
+"""Prompt-lookup (n-gram) drafts next to the drafter's, chosen per request by the draft policy.
+
+Engine-free: an adapter hands in each request's token history (prompt and output so far, up to
+and including the token just sampled) and the drafter's calibrated acceptance chances, and gets
+back, per request, which draft to verify and how much of it.
+
+- `find_ngram_draft`: the longest suffix of the history of n tokens, n in [min_n, max_n], that
+  occurred earlier in it, and the tokens that followed that occurrence (the latest one).
+- `NgramCalibration`: the chance that the target accepts the k-th token of an n-gram draft
+  given the ones before it were accepted, per matched length n, learnt online from
+  verification like the drafter's confidence calibration.
+- `NgramDrafts`: per step, before the draft pass, whether n-gram drafts alone (no draft pass
+  to pay for) beat running the drafter; after the pass, per request, the draft with the larger
+  expected gain. Lengths are then planned by the same cost model (draft_policy).
+
+Lossless either way: the target verifies whatever is drafted. n-gram drafts are deterministic,
+so at T > 0 they may only be verified where the step carries no draft distribution (the adapter
+checks that).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from dflash_plugin.draft_policy import (
+    CostModel,
+    DraftPolicy,
+    PolicyMode,
+    cumulative_acceptance,
+    plan_draft_lengths,
+)
+
+# The lookup vLLM's n-gram method runs with under `dflash serve --speculative-algorithm NGRAM`.
+NGRAM_MIN = 2
+NGRAM_MAX = 4
+
+
+@dataclass(frozen=True)
+class NgramMatch:
+    """A proposed continuation (`tokens`, 1-D) and the length of the n-gram it follows."""
+
+    tokens: np.ndarray
+    ngram: int
+
+
+def find_ngram_draft(history: np.ndarray, k: int, min_n: int = NGRAM_MIN,
+                     max_n: int = NGRAM_MAX) -> NgramMatch | None:
+    """The longest n-gram ending the history (n in [min_n, max_n]) that also ends earlier in it,
+    and the k tokens that followed its latest earlier occurrence; None without a match.
+
+    Where those tokens run into the end of the history, the copy goes on with the repeat it
+    found (history "x a b a b" -> "a b a b ..."), as an overlapping copy would.
+    """
+    if not 1 <= min_n <= max_n:
+        raise ValueError(f"n-gram lengths need 1 <= min_n <= max_n, got {min_n}, {max_n}")
+    tokens = np.asarray(history)
+    size = tokens.shape[0]
+    if k < 1 or size <= min_n:
+        return None
+    # Candidate end positions of an earlier occurrence: every earlier copy of the last token.
+    ends = np.flatnonzero(tokens[:size - 1] == tokens[size - 1])
+    if ends.size == 0:
+        return None
+    lengths = np.ones(ends.shape[0], dtype=np.int64)
+    alive = np.ones(ends.shape[0], dtype=bool)
+    for back in range(1, max_n):
+        if back >= size:
+            break
+        reach = ends >= back
+        same = np.zeros_like(alive)
+        same[reach] = tokens[ends[reach] - back] == tokens[size - 1 - back]
+        alive &= same
+        if not alive.any():
+            break
+        lengths += alive
+    best = int(lengths.max())
+    if best < min_n:
+        return None
+    end = int(ends[np.flatnonzero(lengths == best)[-1]])
+    start = end + 1
+    period = size - start  # > 0: the occurrence ends before the history does
+    return NgramMatch(tokens[start + np.arange(k) % period].copy(), best)
+
+
+class NgramCalibration:
+    """Per matched length n and draft position k: the running chance that the target accepts
+    the k-th n-gram token given tokens 1..k-1 were accepted, from a prior, slowly forgetting."""
+
+    def __init__(self, block: int, min_n: int = NGRAM_MIN, max_n: int = NGRAM_MAX,
+                 prior: float = 0.5, prior_weight: float = 4.0, decay: float = 0.999):
+        self.min_n, self.max_n, self.block, self.decay = min_n, max_n, block, decay
+        shape = (max_n - min_n + 1, block)
+        self.tried = torch.full(shape, prior_weight, dtype=torch.float64)
+        self.accepted = torch.full(shape, prior * prior_weight, dtype=torch.float64)
+        self.num_drafts_seen = 0
+
+    def _row(self, ngram: int) -> int:
+        return min(max(ngram, self.min_n), self.max_n) - self.min_n
+
+    def gains(self, matches: Sequence[NgramMatch | None], limit: int) -> torch.Tensor:
+        """[B, limit] chance that n-gram tokens 1..k are all accepted (0 past a proposal's end,
+        and for requests without a match)."""
+        gains = torch.zeros(len(matches), limit, dtype=torch.float64)
+        rates = self.accepted / self.tried
+        for i, match in enumerate(matches):
+            if match is None:
+                continue
+            length = min(limit, match.tokens.shape[0], self.block)
+            gains[i, :length] = torch.cumprod(rates[self._row(match.ngram), :length], dim=0)
+        return gains
+
+    def observe(self, ngrams: Sequence[int], drafted: Sequence[int], accepted: Sequence[int]):
+        """Verified n-gram drafts: the matched length, the tokens verified and how many of them
+        the target accepted (tokens 1..a accepted, token a+1 rejected, later ones unknown)."""
+        if not ngrams:
+            return
+        self.tried *= self.decay
+        self.accepted *= self.decay
+        for ngram, length, ok in zip(ngrams, drafted, accepted):
+            seen = min(ok + 1, length, self.block)
+            row = self._row(ngram)
+            self.tried[row, :seen] += 1.0
+            self.accepted[row, :min(ok, seen)] += 1.0
+        self.num_drafts_seen += len(ngrams)
+
+
+def draft_value(gains: torch.Tensor, price: float) -> torch.Tensor:
+    """[B, K] cumulative acceptance chances -> [B] the most expected accepted tokens net of
+    `price` per verified token that a prefix of the draft brings (0: verify none)."""
+    if gains.shape[-1] == 0:
+        return gains.new_zeros(gains.shape[:-1])
+    best = torch.cumsum(gains - price, dim=-1).amax(dim=-1)
+    return best.clamp_min(0.0)
+
+
+def token_price(costs: CostModel, batch: int) -> float:
+    """What one more verified token must bring to raise the step's rate, at about plain
+    decoding's rate (tokens per unit time)."""
+    return costs.verify_per_token * batch / costs.verify_time(batch)
+
+
+def expected_rate(gains: torch.Tensor, lengths: Sequence[int], costs: CostModel,
+                  draft_pass: bool) -> float:
+    """Expected tokens per unit time of a step verifying `lengths` drafts per request."""
+    batch = gains.shape[0]
+    expected = float(batch) + sum(float(gains[i, :n].sum()) for i, n in enumerate(lengths))
+    step_time = costs.verify_time(batch + sum(lengths))
+    if draft_pass:
+        step_time += costs.draft_time(batch)
+    return expected / step_time
+
+
+@dataclass
+class NgramCounts:
+    """n-gram drafts over a window of steps (logged with the drafter's counts, then reset)."""
+
+    steps_without_draft_pass: int = 0  # steps whose drafts all came from the lookup
+    drafts_handed_out: int = 0  # requests that got an n-gram draft verified
+    tokens_handed_out: int = 0
+    tokens_accepted: int = 0
+
+    def summary(self) -> str:
+        return (f"n-gram: {self.drafts_handed_out} drafts ({self.tokens_handed_out} tokens, "
+                f"{self.tokens_accepted} accepted), {self.steps_without_draft_pass} steps "
+                "without a draft pass")
+
+
+class NgramDrafts:
+    """The n-gram side of one drafter's policy: the lookup, its calibration and the choices."""
+
+    def __init__(self, policy: DraftPolicy, min_n: int = NGRAM_MIN, max_n: int = NGRAM_MAX,
+                 explore_every: int = 32):
+        self.policy = policy
+        self.min_n, self.max_n = min_n, max_n
+        self.calibration = NgramCalibration(policy.block, min_n, max_n)
+        self.counts = NgramCounts()
+        # Every this many steps whose matches all lost to the drafter, a matched request takes
+        # its n-gram draft anyway, so that the calibration keeps learning what lookup is worth.
+        self.explore_every = explore_every
+        self.steps_unused = 0
+
+    @property
+    def active(self) -> bool:
+        """Only the adaptive policy chooses drafts (off drafts nothing, full the whole block)."""
+        return self.policy.mode is PolicyMode.ADAPTIVE
+
+    def find(self, histories: Sequence[np.ndarray | None], k: int) -> list[NgramMatch | None]:
+        """One lookup per request (None: no history, e.g. a prefill chunk, or no match)."""
+        return [None if h is None else find_ngram_draft(h, k, self.min_n, self.max_n)
+                for h in histories]
+
+    def plan_without_draft_pass(self, matches: Sequence[NgramMatch | None], limit: int,
+                                drafter_runs: bool) -> list[int] | None:
+        """Before the draft pass: n-gram draft lengths for a step without one, when that beats
+        what running the drafter is expected to bring (`drafter_runs`: the policy wants the
+        pass); None to leave the step to the drafter (or to nobody)."""
+        if not self.active or not any(m is not None for m in matches):
+            return None
+        batch = len(matches)
+        costs = self.policy.costs
+        lookup = self.calibration.gains(matches, limit)
+        free = CostModel(costs.verify_fixed, costs.verify_per_token, 0.0, 0.0,
+                         costs.min_speedup, costs.min_speedup_batched)
+        lengths = plan_draft_lengths(lookup, free)
+        if not any(lengths):
+            return None
+        if drafter_runs:
+            # The drafter as it has done lately (its running curve), or the lookup where that
+            # is worth more: the best the step can expect with a draft pass.
+            curve = self.policy.curve[:limit].expand(batch, -1)
+            mixed = self._mix(curve, lookup, batch)
+            with_pass = plan_draft_lengths(mixed, costs)
+            if any(with_pass) and (expected_rate(mixed, with_pass, costs, True)
+                                   > expected_rate(lookup, lengths, free, False)):
+                return None
+        self.counts.steps_without_draft_pass += 1
+        return lengths
+
+    def choose(self, drafter_gains: torch.Tensor, matches: Sequence[NgramMatch | None]
+               ) -> tuple[torch.Tensor, list[bool]]:
+        """After the draft pass: per request, the drafter's gains [B, K] or the lookup's,
+        whichever is worth more; returns the mixed gains and which rows took the lookup."""
+        batch, limit = drafter_gains.shape
+        if not self.active or not any(m is not None for m in matches):
+            return drafter_gains, [False] * batch
+        lookup = self.calibration.gains(matches, limit)
+        take = self._lookup_rows(drafter_gains, lookup, batch)
+        if not any(take):
+            self.steps_unused += 1
+            if self.steps_unused >= self.explore_every:
+                take = [m is not None for m in matches]
+        if any(take):
+            self.steps_unused = 0
+        mixed = torch.where(torch.tensor(take).unsqueeze(-1), lookup, drafter_gains)
+        return mixed, take
+
+    def _lookup_rows(self, drafter_gains, lookup, batch) -> list[bool]:
+        price = token_price(self.policy.costs, batch)
+        return (draft_value(lookup, price) > draft_value(drafter_gains, price)).tolist()
+
+    def _mix(self, drafter_gains, lookup, batch) -> torch.Tensor:
+        take = torch.tensor(self._lookup_rows(drafter_gains, lookup, batch)).unsqueeze(-1)
+        return torch.where(take, lookup, drafter_gains)
+
+    def handed_out(self, lengths: Sequence[int]):
+        used = [n for n in lengths if n]
+        self.counts.drafts_handed_out += len(used)
+        self.counts.tokens_handed_out += sum(used)
+
+    def observe(self, ngrams: Sequence[int], drafted: Sequence[int], accepted: Sequence[int]):
+        self.counts.tokens_accepted += sum(accepted)
+        self.calibration.observe(ngrams, drafted, accepted)
