@@ -11,6 +11,7 @@ DFLASH_SAMPLER_SHORTCUT, DFLASH_STATS_EVERY.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -164,15 +165,20 @@ class Drafting:
             logger.info("dflash plugin: %s", self.counts.summary())
             self.counts = StepCounts()
 
-    def select(self, drafts: torch.Tensor, next_token_ids: torch.Tensor) -> list[list[int]]:
-        """drafts [B, K] -> each request's drafts to verify (a prefix, possibly empty)."""
+    def select(self, drafts: torch.Tensor, next_token_ids: torch.Tensor,
+               no_drafts: Sequence[int] = ()) -> list[list[int]]:
+        """drafts [B, K] -> each request's drafts to verify (a prefix, possibly empty); the rows
+        in `no_drafts` get none (vllm_ext.plain_sampling)."""
         batch, block = drafts.shape
         confidence, self.confidence = self.confidence, None
         if confidence is not None and confidence.numel() == batch * block:
             confidence = confidence.view(batch, block)
         else:
             confidence = None
-        lengths = self.policy.choose(batch, confidence, block)
+        lengths = list(self.policy.choose(batch, confidence, block))
+        for row in no_drafts:
+            if row < batch:
+                lengths[row] = 0
         rows = drafts.tolist()
         bonus = next_token_ids.tolist()
         selected = []

@@ -4,8 +4,9 @@ vLLM calls `register()` in every process it starts (front end, engine core, work
 try, so it is cheap, idempotent and never raises. Outside SUPPORTED_VLLM (the `vllm` extra in
 pyproject.toml) it logs one warning and returns: vLLM runs unchanged, native DFlash included.
 Inside, it registers this project's drafter class
-for the `DFlashDraftModel` architecture as a lazy "module:Class" string: nothing else is
-imported, and nothing changes for requests that do not use `method: "dflash"`. When vLLM builds
+for the `DFlashDraftModel` architecture as a lazy "module:Class" string, and puts in place P4/P5
+(vllm_ext.plain_sampling: min_p / logit_bias requests served without drafts instead of refused),
+which act only on engines that run this plugin's drafter. When vLLM builds
 a DFlash drafter, that class (vllm_ext.model) checks the draft/target pair and installs the
 load-aware drafting hook (vllm_ext.patches).
 
@@ -85,3 +86,10 @@ def register():
     ModelRegistry.register_model(ARCHITECTURE, MODEL_CLASS)  # R1
     _registered = True
     logger.debug("dflash plugin: %s -> %s", ARCHITECTURE, MODEL_CLASS)
+    try:  # before any model runner exists: P5 must be in place when the runner is built
+        from vllm_ext.plain_sampling import install_plain_sampling
+
+        install_plain_sampling()
+    except Exception as err:  # noqa: BLE001 (vLLM would stop; the rest of the plugin still works)
+        logger.warning("dflash plugin: min_p / logit_bias requests stay refused with speculative "
+                       "decoding (%s: %s)", type(err).__name__, err)
