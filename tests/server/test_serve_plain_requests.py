@@ -67,10 +67,15 @@ async def answer_together(server, bodies: list[dict]) -> list[list[int]]:
 
 
 def mixed_batch(bias: dict) -> list[dict]:
-    """Greedy requests decoded together: drafted ones and undrafted ones (logit_bias) side by
-    side, in rows that move as requests finish."""
-    return [request(prompt, **({"logit_bias": bias} if i % 3 == 2 else {}))
-            for i, prompt in enumerate(PROMPTS[:6])]
+    """Requests decoded together, in rows that move as requests finish: drafted greedy ones
+    beside undrafted ones (seeded min_p sampling, greedy logit_bias). A batch that is not all
+    greedy is where vLLM-CPU's expand fallback broke verification (P7, vllm_ext.cpu_expand)."""
+    bodies = []
+    for i, prompt in enumerate(PROMPTS[:6]):
+        extra = [{}, {"temperature": 0.9, "seed": 100 + i, "extra_body": {"min_p": 0.3}},
+                 {"logit_bias": bias}][i % 3]
+        bodies.append(request(prompt, **extra))
+    return bodies
 
 
 def collect(server) -> dict:
