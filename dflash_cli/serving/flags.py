@@ -36,9 +36,8 @@ YAML_EXTRA_KEYS = ("engine-args", "env")
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8000
 NGRAM_DEFAULT_DRAFT_TOKENS = 5          # 4 proposed tokens per step
-# DFlash tokens per verified block on vLLM-CPU in float32 (3 drafts): on a 2-core AVX2 EPYC, in
-# float32 on the held-out prompts, 1.11x / 1.07x plain at concurrency 1 / 4 against 0.99x / 1.04x
-# with the full 16-token block, the same bench run (docs/history.md, "CPUs without native bf16").
+# DFlash tokens per verified block on vLLM-CPU in float32 (3 drafts): faster there than the full
+# 16-token block at low concurrency (docs/history.md, "CPUs without native bf16").
 CPU_FP32_DRAFT_TOKENS = 4
 FLOAT32_NAMES = ("float32", "float")  # vLLM's spellings of float32
 NGRAM_LOOKUP = {"prompt_lookup_max": 4, "prompt_lookup_min": 2}
