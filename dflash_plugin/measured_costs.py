@@ -9,11 +9,11 @@ one GPU (`CUDA_TIMINGS_FILE`, made by tools/measure_cuda_step_costs.py).
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-import torch
 
 from dflash_plugin.draft_policy import CostModel
 
@@ -44,15 +44,19 @@ class StepTimings:
 
 
 def _relative_fit(xs: list[float], ys: list[float]) -> tuple[float, float]:
-    """(a, b) >= 0 minimising sum(((a + b x) - y) / y)^2."""
-    x = torch.tensor(xs, dtype=torch.float64)
-    y = torch.tensor(ys, dtype=torch.float64)
-    design = torch.stack([torch.ones_like(x), x], dim=1) / y[:, None]
-    a, b = torch.linalg.lstsq(design, torch.ones_like(y)).solution.tolist()
-    if b < 0:  # times that fall with size: the flat model is the best non-negative one
-        a, b = float((1 / y).sum() / (1 / y ** 2).sum()), 0.0
+    """(a, b) >= 0 minimising sum(((a + b x) - y) / y)^2 (its 2x2 normal equations, in plain
+    floats so that the same table always gives the same model)."""
+    s00 = sum(1 / y ** 2 for y in ys)
+    s01 = sum(x / y ** 2 for x, y in zip(xs, ys))
+    s11 = sum(x * x / y ** 2 for x, y in zip(xs, ys))
+    t0 = sum(1 / y for y in ys)
+    t1 = sum(x / y for x, y in zip(xs, ys))
+    det = s00 * s11 - s01 * s01
+    a, b = ((t0 * s11 - t1 * s01) / det, (s00 * t1 - s01 * t0) / det) if det > 0 else (-1.0, -1.0)
+    if b < 0:  # times that fall with size (or one size only): the best flat model
+        a, b = t0 / s00, 0.0
     if a < 0:
-        a, b = 0.0, float((x / y).sum() / (x ** 2 / y ** 2).sum())
+        a, b = 0.0, t1 / s11
     return a, b
 
 
@@ -108,4 +112,9 @@ def _draft_at_depth(by_depth: dict[int, dict[int, float]], depth: int) -> dict[i
 def cuda_costs(num_draft_layers: int | None = None) -> CostModel:
     """The CUDA preset: the fit of the measured GPU table, for a drafter of this depth
     (default 5 layers, the public 8B drafters' depth)."""
-    return fit_cost_model(read_timings(CUDA_TIMINGS_FILE, num_draft_layers or 5))
+    return _cuda_costs_at(num_draft_layers or 5)
+
+
+@functools.lru_cache(maxsize=None)
+def _cuda_costs_at(num_draft_layers: int) -> CostModel:
+    return fit_cost_model(read_timings(CUDA_TIMINGS_FILE, num_draft_layers))
