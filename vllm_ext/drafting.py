@@ -5,7 +5,7 @@ One `Drafting` object lives on each drafter built by this plugin (`DFlashVllmDra
 
 Environment (read in the worker when the drafter is built; declared in dflash_plugin.switches):
 DFLASH_DRAFT_POLICY, DFLASH_COST_MODEL, DFLASH_DRAFT_VOCAB, DFLASH_DEFER_CONTEXT,
-DFLASH_SAMPLER_SHORTCUT, DFLASH_STATS_EVERY.
+DFLASH_SAMPLER_SHORTCUT, DFLASH_STATS_EVERY (and DFLASH_NGRAM_DRAFTS, in vllm_ext.ngram_drafts).
 """
 
 from __future__ import annotations
@@ -28,8 +28,10 @@ from dflash_plugin.draft_policy import (
     vllm_cpu_costs,
     vllm_cpu_preset,
 )
+from dflash_plugin.ngram import NgramDrafts, NgramMatch
 from dflash_plugin.switches import SwitchError, read
 from vllm_ext.context_store import DeferredContext
+from vllm_ext.ngram_drafts import histories
 
 logger = logging.getLogger(f"vllm.{__name__}")  # under vLLM's log handler
 
@@ -79,6 +81,13 @@ def stats_every_from_env() -> int:
     return read("DFLASH_STATS_EVERY")
 
 
+@dataclass(frozen=True)
+class LookupDraft:
+    """A pending draft that came from prompt lookup, and the n-gram length it matched."""
+
+    ngram: int
+
+
 @dataclass
 class StepCounts:
     """What the policy did over a window of steps (logged, then reset)."""
@@ -100,8 +109,13 @@ class Drafting:
     the drafts handed to the scheduler (to learn from their verification next step)."""
 
     def __init__(self, policy: DraftPolicy, stats_every: int = 0,
-                 deferred_context: DeferredContext | None = None):
+                 deferred_context: DeferredContext | None = None,
+                 ngram: NgramDrafts | None = None):
         self.policy = policy
+        # Prompt-lookup drafts (DFLASH_NGRAM_DRAFTS; None: off) and this step's token sources,
+        # recorded by P6 just before the propose hook reads them (vllm_ext.ngram_drafts).
+        self.ngram = ngram
+        self.step_tokens = None
         # Context writes held back while no draft pass runs (None: write every step).
         self.deferred_context = deferred_context
         self.stats_every = stats_every  # log StepCounts every this many steps (0: never)
@@ -110,7 +124,7 @@ class Drafting:
         # (bonus token, *drafts) of each request drafted last step -> the drafts' confidences
         # (None where the policy reads none: they are still counted as accepted or not).
         # Rows move between steps; the verified tokens themselves identify the request.
-        self._pending: dict[tuple[int, ...], torch.Tensor | None] = {}
+        self._pending: dict[tuple[int, ...], torch.Tensor | LookupDraft | None] = {}
         self._collecting = False  # inside the hooked draft pass
 
     @property
@@ -148,34 +162,90 @@ class Drafting:
             return
         ids = target_token_ids.tolist()
         confidences, accepted = [], []
+        lookups: tuple[list[int], list[int], list[int]] = ([], [], [])
         for i, num_rej in enumerate(rejected):
             key = tuple(ids[starts[i]:starts[i + 1]])
             if key not in pending:
                 continue
             self.counts.drafts_accepted += len(key) - 1 - num_rej
-            if pending[key] is not None:
+            if isinstance(pending[key], LookupDraft):
+                for column, value in zip(lookups, (pending[key].ngram, len(key) - 1,
+                                                   len(key) - 1 - num_rej)):
+                    column.append(value)
+            elif pending[key] is not None:
                 confidences.append(pending[key])
                 accepted.append(len(key) - 1 - num_rej)
         if confidences:
             self.policy.observe(confidences, accepted)
+        if lookups[0] and self.ngram is not None:
+            self.ngram.observe(*lookups)
 
     def _count_step(self):
         self.counts.steps += 1
         if self.stats_every and self.counts.steps >= self.stats_every:
             logger.info("dflash plugin: %s", self.counts.summary())
             self.counts = StepCounts()
+            if self.ngram is not None:
+                logger.info("dflash plugin: %s", self.ngram.counts.summary())
+                self.ngram.counts = type(self.ngram.counts)()
+
+    def lookup(self, batch: int, k: int, no_drafts: Sequence[int] = ()) -> list[NgramMatch | None]:
+        """This step's prompt-lookup proposals of up to k tokens per request, from P6's record
+        (empty when lookup is off or the policy does not choose lengths)."""
+        record, self.step_tokens = self.step_tokens, None
+        if self.ngram is None or not self.ngram.active or k <= 0:
+            return []
+        found = histories(record, batch)
+        for row in no_drafts:
+            if row < batch:
+                found[row] = None
+        return self.ngram.find(found, k)
+
+    def lookup_only(self, matches: Sequence[NgramMatch | None], limit: int,
+                    draft_pass: bool) -> list[int] | None:
+        """Draft lengths for a step that verifies lookup drafts only and skips the draft pass
+        (`draft_pass`: the policy wants one), or None."""
+        if not matches:
+            return None
+        return self.ngram.plan_without_draft_pass(matches, limit, draft_pass)
+
+    def lookup_drafts(self, batch: int, matches: Sequence[NgramMatch | None],
+                      lengths: Sequence[int] | None,
+                      next_token_ids: torch.Tensor) -> list[list[int]]:
+        """The drafts of a step without a draft pass: lookup drafts where `lengths` says so."""
+        if lengths is None:
+            return [[] for _ in range(batch)]
+        bonus = next_token_ids.tolist()
+        selected = [self._hand_out_lookup(bonus[i], matches[i], n) for i, n in enumerate(lengths)]
+        self.ngram.handed_out([len(row) for row in selected])
+        self.counts.drafts_handed_out += sum(len(row) for row in selected)
+        return selected
+
+    def _hand_out_lookup(self, bonus: int, match: NgramMatch | None, length: int) -> list[int]:
+        if match is None or not length:
+            return []
+        row = match.tokens[:length].tolist()
+        self._pending[(bonus, *row)] = LookupDraft(match.ngram)
+        return row
 
     def select(self, drafts: torch.Tensor, next_token_ids: torch.Tensor,
-               no_drafts: Sequence[int] = ()) -> list[list[int]]:
+               no_drafts: Sequence[int] = (),
+               matches: Sequence[NgramMatch | None] | None = None) -> list[list[int]]:
         """drafts [B, K] -> each request's drafts to verify (a prefix, possibly empty); the rows
-        in `no_drafts` get none (vllm_ext.plain_sampling)."""
+        in `no_drafts` get none (vllm_ext.plain_sampling). With lookup `matches`, a request
+        whose lookup draft is worth more than the drafter's gets that one instead."""
         batch, block = drafts.shape
         confidence, self.confidence = self.confidence, None
         if confidence is not None and confidence.numel() == batch * block:
             confidence = confidence.view(batch, block)
         else:
             confidence = None
-        lengths = list(self.policy.choose(batch, confidence, block))
+        from_lookup = [False] * batch
+        if matches and confidence is not None and self.ngram is not None and self.ngram.active:
+            gains, from_lookup = self.ngram.choose(self.policy.drafter_gains(confidence), matches)
+            lengths = self.policy.plan(gains)
+        else:
+            lengths = list(self.policy.choose(batch, confidence, block))
         for row in no_drafts:
             if row < batch:
                 lengths[row] = 0
@@ -183,10 +253,16 @@ class Drafting:
         bonus = next_token_ids.tolist()
         selected = []
         for i, (row, length) in enumerate(zip(rows, lengths)):
+            if from_lookup[i]:
+                selected.append(self._hand_out_lookup(bonus[i], matches[i], length))
+                lengths[i] = len(selected[-1])
+                continue
             selected.append(row[:length])
             if length:
                 self._pending[(bonus[i], *row[:length])] = (
                     confidence[i, :length] if confidence is not None else None)
+        if any(from_lookup):
+            self.ngram.handed_out([n for n, lookup in zip(lengths, from_lookup) if lookup])
         self.counts.draft_passes += 1
         self.counts.empty_passes += not any(lengths)
         self.counts.drafts_handed_out += sum(lengths)

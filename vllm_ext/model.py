@@ -46,6 +46,7 @@ from vllm_ext.drafting import (
     stats_every_from_env,
 )
 from vllm_ext.load_aware import start as start_load_aware
+from vllm_ext.ngram_drafts import start as start_ngram_drafts
 
 logger = logging.getLogger(f"vllm.{__name__}")  # under vLLM's log handler
 
@@ -139,7 +140,8 @@ class DFlashVllmDrafter(DFlashQwen3ForCausalLM):
         load_aware = start_load_aware(vllm_config, policy.mode, costs,
                                       sampler_shortcut=sampler_shortcut_from_env(),
                                       stats_every=stats_every_from_env())
-        self.dflash_drafting = (Drafting(policy, stats_every_from_env(), deferred)
+        self.dflash_drafting = (Drafting(policy, stats_every_from_env(), deferred,
+                                         ngram=start_ngram_drafts(policy))
                                 if load_aware.v1_hooks else None)
         self.dflash_draft_ids = None  # sorted target ids (CPU) the draft head is restricted to
         self._draft_head: DraftHead | None = None
@@ -148,6 +150,7 @@ class DFlashVllmDrafter(DFlashQwen3ForCausalLM):
                                                      vllm_config.model_config.get_vocab_size())
         v1_details = (f"costs {policy.costs}, context writes "
                       f"{'deferred while not drafting' if deferred else 'every step'}, "
+                      f"n-gram drafts {'on' if self.dflash_drafting.ngram else 'off'}, "
                       if self.dflash_drafting is not None else "")
         logger.info("dflash plugin: %s; drafter %s, %sdraft head %s", load_aware.line(),
                     spec.draft_model_config.model, v1_details,

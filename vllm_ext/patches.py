@@ -14,15 +14,18 @@ attribute; any other DFlash drafter runs the original untouched), and only with 
 scheduling (the CPU platform always uses it). It returns list[list[int]], as the ngram proposer
 does: the V1 runner passes such lists to the scheduler as they are
 (GPUModelRunner._get_draft_token_ids_cpu), and a shorter list schedules fewer tokens to verify.
-Requests with min_p or logit_bias get none (vllm_ext.plain_sampling, P4/P5). When no request is to
-get drafts, only the context K/V of the new target tokens is stored (set_inputs_first_pass +
-build_model_inputs_first_pass), so later drafts never read stale cache slots; by default that write
-is held back and done in one batched call before the next draft pass (vllm_ext.context_store),
-which reads the proposer's context position and slot buffers (checked at run time, written every
-step if they are missing). It also turns on the proposer's `use_local_argmax_reduction` for these
-drafters, so greedy drafts come from the drafter's `get_top_tokens` (vllm_ext.model): with a draft
-vocabulary no full-vocabulary logits are built (skipped, with a log line, if the proposer has no
-such attribute or the config verifies adaptively from logits).
+Requests with min_p or logit_bias get none (vllm_ext.plain_sampling, P4/P5). With prompt lookup on
+(DFLASH_NGRAM_DRAFTS, P6 in vllm_ext.ngram_drafts), a request may get its n-gram draft instead of
+the drafter's, and a step whose lookup drafts are worth more than a draft pass skips it and stores
+context as below. When no request is to get drafts, only the context K/V of the new target tokens
+is stored (set_inputs_first_pass + build_model_inputs_first_pass), so later drafts never read
+stale cache slots; by default that write is held back and done in one batched call before the next
+draft pass (vllm_ext.context_store), which reads the proposer's context position and slot buffers
+(checked at run time, written every step if they are missing). It also turns on the proposer's
+`use_local_argmax_reduction` for these drafters, so greedy drafts come from the drafter's
+`get_top_tokens` (vllm_ext.model): with a draft vocabulary no full-vocabulary logits are built
+(skipped, with a log line, if the proposer has no such attribute or the config verifies adaptively
+from logits).
 
 It can go when vLLM lets a DFlash proposer return per-request draft lengths (for example by
 extending `enable_adaptive_verification`, today DSpark-only, to DFlash).
@@ -93,21 +96,27 @@ def _load_aware_propose(original):
         drafting.learn(target_token_ids[:cad.num_actual_tokens], cad.query_start_loc_cpu,
                        num_rejected_tokens_gpu)
         no_drafts = plain_rows(sampling_metadata)  # min_p / logit_bias requests (P5)
-        if (num_speculative_tokens <= 0 or len(no_drafts) >= batch
-                or not drafting.policy.should_draft(batch)):
+        matches = drafting.lookup(batch, num_speculative_tokens, no_drafts)  # P6's histories
+        draft_pass = (num_speculative_tokens > 0 and len(no_drafts) < batch
+                      and drafting.policy.should_draft(batch))
+        lookup_only = drafting.lookup_only(matches, num_speculative_tokens, draft_pass)
+        if not draft_pass or lookup_only is not None:
             drafting.skipped()
             self.num_speculative_tokens = num_speculative_tokens  # as the original does first
             self._last_draft_probs = None  # A2
             _store_context_only(self, drafting, target_token_ids, target_positions,
                                 target_hidden_states, next_token_ids, cad,
                                 num_rejected_tokens_gpu)
-            return [[] for _ in range(batch)]
+            return drafting.lookup_drafts(batch, matches, lookup_only, next_token_ids)
         if drafting.deferred_context is not None:
             drafting.flush_context(self.model)  # the draft pass reads that context
         _prefer_drafter_top_tokens(self)
         with drafting.collecting_confidence():
             drafts = original(self, *args)
-        return drafting.select(drafts, next_token_ids, no_drafts)
+        # Lookup drafts are verified as deterministic: not where this pass left draft
+        # distributions for the rejection sampler (probabilistic draft sampling, A2).
+        lookup = matches if self._last_draft_probs is None else None
+        return drafting.select(drafts, next_token_ids, no_drafts, lookup)
 
     return propose
 

@@ -1,0 +1,138 @@
+"""Prompt-lookup drafts in the vLLM adapter (engine-free): token histories from the runner's
+input batch (what P5 records), lookup-only steps, per-request choice after a draft pass, and
+learning from verification."""
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+from dflash_plugin.draft_policy import DraftPolicy, PolicyMode, cumulative_acceptance
+from dflash_plugin.draft_policy import vllm_cpu_fp32_costs
+from dflash_plugin.ngram import NgramDrafts
+from vllm_ext.drafting import Drafting, LookupDraft
+from vllm_ext.ngram_drafts import PREPARE_PARAMS, histories
+
+BLOCK = 6
+# A "prompt" the answer is copying: ... 7 8 9 10 11 12 13 ...; the answer so far ends in 8, 9
+PROMPT = [1, 2, 7, 8, 9, 10, 11, 12, 13, 3]
+
+
+def input_batch(rows: list[list[int]], vocab=100):
+    width = 32
+    token_ids = np.zeros((4, width), dtype=np.int32)
+    for i, row in enumerate(rows):
+        token_ids[i, :len(row)] = row
+    return SimpleNamespace(token_ids_cpu=token_ids, vocab_size=vocab,
+                           num_tokens_no_spec=np.array([len(r) for r in rows] + [0] * (4 - len(rows))))
+
+
+def test_histories_join_the_batch_and_this_steps_accepted_tokens():
+    batch = input_batch([PROMPT + [7], [5, 6], [4, 4, 4]])
+    sampled = torch.tensor([[8, 9, -1], [6, -1, -1], [-1, -1, -1]], dtype=torch.int32)
+    discard = torch.tensor([False, True, False, False])
+    rows = histories((batch, sampled, discard), 3)
+    assert rows[0].tolist() == PROMPT + [7, 8, 9]
+    assert rows[1] is None  # a prefill chunk: its token was not sampled
+    assert rows[2] is None  # nothing valid sampled
+    assert histories(None, 3) == [None] * 3
+    assert histories((batch, sampled, discard), 2) == [None] * 2  # not this step's record
+    assert histories((SimpleNamespace(), sampled, discard), 3) == [None] * 3
+    assert PREPARE_PARAMS[0] == "self" and "gpu_input_batch" in PREPARE_PARAMS
+
+
+def drafting_with_lookup(drafter_acceptance=0.5, lookup_rate=None) -> Drafting:
+    policy = DraftPolicy(PolicyMode.ADAPTIVE, vllm_cpu_fp32_costs(BLOCK + 1), BLOCK)
+    policy.curve = cumulative_acceptance(torch.full((BLOCK,), drafter_acceptance))
+    ngram = NgramDrafts(policy)
+    if lookup_rate is not None:
+        for _ in range(100):
+            ngram.calibration.observe([2], [BLOCK], [int(lookup_rate * BLOCK)])
+    return Drafting(policy, ngram=ngram)
+
+
+def record(drafting, rows, sampled):
+    drafting.step_tokens = (input_batch(rows), torch.tensor(sampled, dtype=torch.int32),
+                            torch.zeros(4, dtype=torch.bool))
+
+
+def test_a_lookup_only_step_hands_out_the_copy_and_learns_from_its_verification():
+    drafting = drafting_with_lookup(0.5, lookup_rate=1.0)
+    record(drafting, [PROMPT + [7], [40, 41]], [[8, -1], [42, -1]])
+    matches = drafting.lookup(2, BLOCK)
+    assert drafting.step_tokens is None  # used once
+    assert matches[0].tokens.tolist() == [9, 10, 11, 12, 13, 3] and matches[1] is None
+    lengths = drafting.lookup_only(matches, BLOCK, draft_pass=True)
+    assert lengths[0] > 0 and lengths[1] == 0
+    drafts = drafting.lookup_drafts(2, matches, lengths, torch.tensor([8, 42]))
+    assert drafts == [[9, 10, 11, 12, 13, 3][:lengths[0]], []]
+    assert drafting._pending == {(8, *drafts[0]): LookupDraft(2)}
+    before = drafting.ngram.calibration.num_drafts_seen
+    # next step: the target verified the copy; 3 of its tokens were accepted
+    ids = torch.tensor([8, *drafts[0], 42])
+    drafting.learn(ids, torch.tensor([0, 1 + len(drafts[0]), 2 + len(drafts[0])]),
+                   torch.tensor([len(drafts[0]) - 3, 0]))
+    assert drafting.ngram.calibration.num_drafts_seen == before + 1
+    assert drafting.ngram.counts.tokens_accepted == 3
+    assert drafting.policy.calibration.num_drafts_seen == 0  # the drafter's is left alone
+
+
+def test_lookup_is_off_outside_the_adaptive_policy_and_for_plain_rows():
+    drafting = drafting_with_lookup(lookup_rate=1.0)
+    record(drafting, [PROMPT + [7], PROMPT + [7]], [[8, -1], [8, -1]])
+    assert [m is None for m in drafting.lookup(2, BLOCK, no_drafts=[1])] == [False, True]
+    drafting.policy.mode = PolicyMode.FULL
+    record(drafting, [PROMPT + [7]], [[8, -1]])
+    assert drafting.lookup(1, BLOCK) == []
+    assert drafting.lookup_only([], BLOCK, True) is None
+    assert drafting.lookup_drafts(2, [], None, torch.tensor([1, 2])) == [[], []]
+    assert Drafting(drafting.policy).lookup(1, BLOCK) == []  # lookup switched off
+
+
+def test_after_a_draft_pass_the_better_draft_wins_per_request():
+    drafting = drafting_with_lookup(0.9, lookup_rate=1.0)
+    record(drafting, [PROMPT + [7], [40, 41]], [[8, -1], [42, -1]])
+    matches = drafting.lookup(2, BLOCK)
+    drafter_rows = torch.tensor([[50, 51, 52, 53, 54, 55], [60, 61, 62, 63, 64, 65]])
+    # the drafter is unsure about request 0 (where lookup copies) and sure about request 1
+    drafting.confidence = torch.tensor([[0.3] * BLOCK, [0.99] * BLOCK]).reshape(-1)
+    selected = drafting.select(drafter_rows, torch.tensor([8, 42]), (), matches)
+    assert selected[0] == [9, 10, 11, 12, 13, 3][:len(selected[0])] and selected[0]
+    assert selected[1] == [60, 61, 62, 63, 64, 65][:len(selected[1])] and selected[1]
+    assert isinstance(drafting._pending[(8, *selected[0])], LookupDraft)
+    assert isinstance(drafting._pending[(42, *selected[1])], torch.Tensor)
+    assert drafting.ngram.counts.drafts_handed_out == 1
+    # without matches (lookup off, or draft distributions in play) the drafter's rows stand
+    drafting.confidence = torch.tensor([[0.3] * BLOCK, [0.99] * BLOCK]).reshape(-1)
+    plain = drafting.select(drafter_rows, torch.tensor([8, 42]), (), None)
+    assert all(row == drafter_rows[i, :len(row)].tolist() for i, row in enumerate(plain))
+
+
+@pytest.mark.parametrize("value", ["on", "off"])
+def test_switch_from_the_environment(monkeypatch, value):
+    from vllm_ext.ngram_drafts import ngram_drafts_from_env, start
+
+    monkeypatch.setenv("DFLASH_NGRAM_DRAFTS", value)
+    assert ngram_drafts_from_env() is (value == "on")
+    if value == "off":
+        assert start(DraftPolicy(PolicyMode.ADAPTIVE, vllm_cpu_fp32_costs(7), 6)) is None
+    monkeypatch.setenv("DFLASH_NGRAM_DRAFTS", "sometimes")
+    with pytest.raises(ValueError, match="DFLASH_NGRAM_DRAFTS"):
+        ngram_drafts_from_env()
+
+
+def test_history_hook_guard_passes_on_the_installed_vllm_and_refuses_a_changed_signature():
+    pytest.importorskip("vllm")
+    from vllm.v1.spec_decode.dflash import DFlashProposer
+
+    from vllm_ext.guards import hook_problems
+
+    expected = {"prepare_next_token_ids_padded": PREPARE_PARAMS}
+    assert hook_problems(DFlashProposer, expected) == []
+
+    class Changed:
+        def prepare_next_token_ids_padded(self, sampled_token_ids, requests, gpu_input_batch):
+            pass
+
+    assert "parameters" in hook_problems(Changed, expected)[0]
