@@ -374,8 +374,11 @@ def test_eval_files_are_found_and_training_splits_are_not(tmp_path):
         (tmp_path / "a" / name).write_text("{}\n")
     (tmp_path / ".venv").mkdir()
     (tmp_path / ".venv/eval_prompts.jsonl").write_text("{}\n")
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b/prompts_eval.jsonl").write_text(
+        json.dumps({"id": "x", "prompt": "p", "source": "devil", "task": "satire-write"}) + "\n")
     found = {p.name for p in find_eval_files(tmp_path)}
-    assert found == {"eval_prompts.jsonl", "bench_prompts.jsonl"}
+    assert found == {"eval_prompts.jsonl", "bench_prompts.jsonl"}   # not the builder's split
     assert find_eval_files(tmp_path, exclude=(tmp_path / "a",)) == []
     repo = {p.relative_to(ROOT).as_posix() for p in find_eval_files(ROOT)}
     assert {"train_data/eval/ood_user_prompts.jsonl",
@@ -440,3 +443,39 @@ def test_responses_ask_the_followup_on_the_targets_own_answer(tmp_path):
     # resumable: a second call answers nothing again
     assert generate_responses(target, prompts, out, max_tokens=6, engine="hf")["prompts"] == 0
     assert len(_rows(out)) == 3
+
+
+# -- the CLI's prompts stage ----------------------------------------------------------------
+
+def test_cli_prompts_stage_builds_the_real_set_by_default(tmp_path, capsys):
+    import dflash_cli.main as cli
+
+    work = tmp_path / "work"
+    assert cli.main(["train", "--workdir", str(work), "--stages", "prompts",
+                     "--prompt-sources", "arithmetic,reasoning", "--num-prompts", "120",
+                     "--eval-per-category", "3"]) == 0
+    train = read_jsonl(work / "prompts_train.jsonl")
+    held = read_jsonl(work / "prompts_eval.jsonl")
+    assert len(held) == 6 and len(train) >= 80
+    assert {p.source for p in train} == {"arithmetic", "reasoning"}
+    report = json.loads((work / "prompts_report.json").read_text())
+    assert report["train_prompts"] == len(train) and report["eval_overlaps_remaining"] == 0
+    assert "held out" in capsys.readouterr().out
+
+
+def test_cli_refuses_an_unknown_prompt_source(tmp_path, capsys):
+    import dflash_cli.main as cli
+
+    with pytest.raises(SystemExit):
+        cli.main(["train", "--workdir", str(tmp_path), "--stages", "prompts",
+                  "--prompt-sources", "wordnet,nosuch"])
+    assert "unknown prompt source" in capsys.readouterr().err
+
+
+def test_cli_templates_generator_still_works(tmp_path):
+    import dflash_cli.main as cli
+
+    assert cli.main(["train", "--workdir", str(tmp_path), "--stages", "prompts",
+                     "--prompt-generator", "templates", "--per-category", "4",
+                     "--eval-per-category", "1"]) == 0
+    assert len(read_jsonl(tmp_path / "prompts_eval.jsonl")) == 9

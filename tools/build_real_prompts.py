@@ -6,12 +6,14 @@ report). The Debian packages are fetched into $DFLASH_HOME/sources on first use:
 
     .venv/bin/python tools/build_real_prompts.py --out train_data/smollm2-135m-real
 
-The same builder is the default of `dflash train --stages prompts`.
+The same builder is the default of `dflash train --stages prompts`. `--card-only` rewrites
+the data card from the existing report (after an answer run has written its summary).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 from dflash_plugin.train.sources.stage import build_prompt_files
@@ -87,7 +89,7 @@ def _table(counts: dict, total: int, header: str) -> str:
     return "\n".join(rows)
 
 
-def render_card(r: dict) -> str:
+def render_card(r: dict, out_dir: Path) -> str:
     n = r["train_prompts"]
     src_rows = ["| source | package | version | licence | prompts | share |",
                 "|---|---|---|---|---:|---:|"]
@@ -104,7 +106,9 @@ def render_card(r: dict) -> str:
         f"{r['resembling_eval']:,} closely resembled an evaluation prompt; all were dropped. "
         f"Word 8-gram hits remaining in the training and held-out prompts: "
         f"**{r['eval_overlaps_remaining']}**.",
-        "- Evaluation files checked: " + ", ".join(f"`{f}`" for f in r["eval_files"]) + ".",
+        "- Evaluation files checked: " + ", ".join(f"`{f}`" for f in r["eval_files"]) + " "
+        "(every `*prompts*.jsonl` in the repository except training splits and this "
+        "builder's own held-out splits).",
         f"- Too long (over 3,000 characters): {r['too_long']:,}.",
         f"- Held out: {r['held_out_prompts']} prompts; training prompts dropped for sharing a "
         f"passage with them: {r['dropped_overlapping_held_out']:,}.",
@@ -124,13 +128,35 @@ def render_card(r: dict) -> str:
         "### Task families\n", _table(r["train_by_task"], n, "task"), "",
         "## Checks\n", "\n".join(checks), "",
         "Examples of shared 8-grams that were dropped:\n", examples, "",
-        "## Answers\n",
-        "Not generated yet. Answer with the target's chat template, greedy, to EOS with a cap "
-        "of 1,024 new tokens, follow-ups asked on the target's own first answer "
-        "(`tools/answer_real_prompts.py`, resumable). Answer-token counts go here once the run "
-        "is done.",
-        CARD_LIMITS,
+        "## Answers\n", answers_section(out_dir), CARD_LIMITS,
     ])
+
+
+def answers_section(out_dir: Path) -> str:
+    """From responses.summary.json (the full run) and answer_check.json (a small check run),
+    whichever exist."""
+    text = ["Answers come from `tools/answer_real_prompts.py`: the target's chat template, "
+            "greedy, to EOS with a cap of 1,024 new tokens, each follow-up asked on the "
+            "target's own first answer; saved chunk by chunk and resumable."]
+    full = out_dir / "responses.summary.json"
+    if full.is_file():
+        s = json.loads(full.read_text())
+        text.append(f"\nFull run: {s['records']:,} answers ({s['second_turns']:,} second "
+                    f"turns), {s['answer_tokens']:,} answer tokens, mean "
+                    f"{s['mean_answer_tokens']}, {s['answers_at_cap']:,} stopped at the cap.")
+    else:
+        text.append("\nThe full run has not been made yet.")
+    check = out_dir / "answer_check.json"
+    if check.is_file():
+        c = json.loads(check.read_text())
+        text.append(
+            f"\nCheck run ({c['what']}; {c['engine']}; {c['machine']}): {c['prompts']} prompts "
+            f"and {c['second_turns']} follow-ups gave {c['answer_tokens']:,} answer tokens, mean "
+            f"{c['mean_answer_tokens']}; {c['answers_at_cap']} of "
+            f"{c['prompts'] + c['second_turns']} answers reached the {c['max_tokens']}-token cap "
+            f"(mostly repetition loops); {c['tokens_per_second_generation']} tokens/s after an "
+            f"engine start of {c['engine_start_seconds']} s.")
+    return "\n".join(text)
 
 
 def main():
@@ -140,13 +166,19 @@ def main():
     parser.add_argument("--eval-per-category", type=int, default=8)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--sources", help="comma list (default: all)")
+    parser.add_argument("--card-only", action="store_true",
+                        help="only rewrite README.md from the existing prompts_report.json")
     args = parser.parse_args()
+    if args.card_only:
+        report = json.loads((args.out / "prompts_report.json").read_text())
+        (args.out / "README.md").write_text(render_card(report, args.out))
+        return
     report = build_prompt_files(
         args.out, num_prompts=args.num_prompts, seed=args.seed,
         sources=args.sources.split(",") if args.sources else None,
         eval_per_category=args.eval_per_category, eval_root=ROOT,
         train_name="prompts.jsonl.gz", eval_name="eval_prompts.jsonl")
-    (args.out / "README.md").write_text(render_card(report))
+    (args.out / "README.md").write_text(render_card(report, args.out))
     print(f"{report['train_prompts']} training prompts, {report['held_out_prompts']} held out "
           f"-> {args.out}")
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import torch
 
 from dflash_plugin.errors import DFlashError
+from dflash_plugin.train.sources import SOURCE_NAMES
 
 HELP = "train a DFlash drafter for a target (resumable stages)"
 STAGES = ("prompts", "responses", "features", "train", "evaluate", "export")
@@ -22,9 +23,21 @@ def add_arguments(p):
     p.add_argument("--workdir", required=True, help="folder for every stage's files")
     p.add_argument("--target", help="Hugging Face target folder (default: embedded SmolLM2-135M)")
     p.add_argument("--stages", default=",".join(STAGES), help="comma list, run in order")
-    p.add_argument("--per-category", type=int, default=400, help="prompts per category")
+    p.add_argument("--prompt-generator", choices=["real", "templates"], default="real",
+                   help="prompts stage: real (text and code from Debian packages plus generated "
+                        "maths and reasoning, dflash_plugin/train/sources; the packages are "
+                        "fetched with apt-get download into $DFLASH_HOME/sources) or templates "
+                        "(the older seed-list generator, dflash_plugin/train/prompts.py)")
+    p.add_argument("--prompt-sources", type=parse_sources, default=None,
+                   help="real generator: comma list of sources (default: all of "
+                        f"{','.join(SOURCE_NAMES)})")
+    p.add_argument("--num-prompts", type=int, default=32000,
+                   help="real generator: prompts to build (held-out ones included)")
+    p.add_argument("--per-category", type=int, default=400,
+                   help="templates generator: prompts per category")
     p.add_argument("--eval-per-category", type=int, default=20, help="held-out prompts per category")
-    p.add_argument("--max-response-tokens", type=int, default=320)
+    p.add_argument("--max-response-tokens", type=int, default=1024,
+                   help="cap on each answer (most end earlier, at EOS)")
     p.add_argument("--response-temperature", type=float, default=0.0)
     p.add_argument("--response-engine", choices=["vllm", "hf"], default="vllm")
     p.add_argument("--max-len", type=int, default=1024, help="max tokens per training sequence")
@@ -80,6 +93,15 @@ def add_arguments(p):
                         "rows, so every engine loads the drafter (default); draft: keep it")
 
 
+def parse_sources(text: str) -> list[str]:
+    names = [x.strip() for x in text.split(",") if x.strip()]
+    unknown = [n for n in names if n not in SOURCE_NAMES]
+    if not names or unknown:
+        raise argparse.ArgumentTypeError(f"unknown prompt source(s) {', '.join(unknown) or text!r};"
+                                         f" choose from {', '.join(SOURCE_NAMES)}")
+    return names
+
+
 def parse_temperatures(text: str) -> tuple[float, ...]:
     try:
         values = tuple(float(x) for x in text.split(",") if x.strip())
@@ -129,7 +151,17 @@ def run(args) -> int:
     if "evaluate" in stages and "prompts" not in stages and not eval_prompts_file.is_file():
         raise DFlashError(f"no held-out prompts at {eval_prompts_file}: run the prompts stage "
                           "or pass --eval-prompts")
-    if "prompts" in stages:
+    if "prompts" in stages and args.prompt_generator == "real":
+        from dflash_plugin.train.sources.stage import build_prompt_files
+        report = build_prompt_files(work, num_prompts=args.num_prompts, sources=args.prompt_sources,
+                                    seed=args.seed, eval_per_category=args.eval_per_category,
+                                    train_name=train_file.name, eval_name=eval_file.name)
+        print(f"prompts: {report['train_prompts']} for training, {report['held_out_prompts']} "
+              f"held out, {report['train_followups']} with a follow-up; duplicate rate "
+              f"{100 * report['duplicate_rate']:.1f}%, evaluation overlaps dropped "
+              f"{report['contaminated'] + report['resembling_eval']} "
+              f"(details: {work / 'prompts_report.json'})", flush=True)
+    elif "prompts" in stages:
         prompts = prompt_set.build_prompts(args.per_category + args.eval_per_category, seed=args.seed)
         train, held_out = prompt_set.split_prompts(prompts, args.eval_per_category, seed=args.seed)
         prompt_set.write_jsonl(train_file, train)

