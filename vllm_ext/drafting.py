@@ -19,7 +19,6 @@ import torch
 
 from dflash_plugin.cpu_features import native_bf16
 from dflash_plugin.draft_policy import (
-    CUDA_COSTS,
     CostModel,
     DraftPolicy,
     PolicyMode,
@@ -28,6 +27,7 @@ from dflash_plugin.draft_policy import (
     vllm_cpu_costs,
     vllm_cpu_preset,
 )
+from dflash_plugin.measured_costs import cuda_costs
 from dflash_plugin.ngram import NgramDrafts, NgramMatch
 from dflash_plugin.switches import SwitchError, read
 from vllm_ext.context_store import DeferredContext
@@ -48,7 +48,7 @@ def cost_model_from_env(is_cpu: bool, num_draft_layers: int | None = None,
     `dtype` and the draft pass's `draft_positions`; without them, the native-bf16 preset scaled
     to the drafter's depth."""
     if not is_cpu:
-        base = CUDA_COSTS
+        base = cuda_costs(num_draft_layers)
     elif dtype is None or draft_positions is None:
         base = vllm_cpu_costs(num_draft_layers)
     else:
