@@ -73,7 +73,7 @@ def install_cpu_expand_fix() -> bool:
             return expand_in_torch(x, cu_num_tokens, num_tokens, replace_from, replace_to)
         return expand_batch_to_tokens
 
-    return patch_method(
+    return patch_method(  # P7
         rejection_sampler, "expand_batch_to_tokens", make_replacement,
         {"expand_batch_to_tokens": EXPAND_PARAMS},
         refused="sampled requests verified beside others may use wrong temperatures, top-k and "

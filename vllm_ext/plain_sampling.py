@@ -67,6 +67,7 @@ def guard_problems() -> list[str]:
     from vllm_ext.guards import hook_problems, signature_problems, unpatched
     from vllm_ext.patches import EXPECTED_PARAMS
 
+    # P4 / P5 guards: the front-end check, the processors' builder and P1's methods.
     return (hook_problems(InputProcessor, {"_validate_params": VALIDATE_PARAMS})
             + signature_problems(SamplingParams, {
                 "_validate_spec_decode": ("self", "speculative_config"),
@@ -163,7 +164,7 @@ def _lifted_validation(original):
         if not (isinstance(params, SamplingParams) and needs_plain_sampling(params)
                 and serves_plain_requests(self.vllm_config)):
             return original(self, params, supported_tasks)
-        params._validate_logit_bias(self.model_config)
+        params._validate_logit_bias(self.model_config)  # P4: the bias check vLLM would run
         min_p, logit_bias = params.min_p, params.logit_bias
         params.min_p, params.logit_bias = 0.0, None
         try:
