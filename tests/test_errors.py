@@ -139,7 +139,7 @@ def test_cli_bad_values_exit_2(capsys, tmp_path):
     empty.write_text("\n")
     assert cli.main(["generate", "--prompts-file", str(empty)]) == 2
     assert "holds no prompts" in capsys.readouterr().err
-    for line, fragment in (('["hi"]', "needs a JSON object"), ('{"text": "hi"}', '"prompt" string'),
+    for line, fragment in (('["hi"]', "needs a JSON object"), ('{"title": "hi"}', '"prompt" or "text" string'),
                            ("{oops", "not JSON")):
         bad = tmp_path / "bad.jsonl"
         bad.write_text('{"prompt": "fine"}\n' + line + "\n")
