@@ -3,35 +3,42 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 from dflash_plugin.errors import DFlashError
+
+
+def json_lines(path: str | Path) -> Iterator[tuple[int, str, object]]:
+    """(line number, line, parsed value) of each non-blank line of a JSON-lines file; a line
+    that is not JSON raises DFlashError naming the file and line."""
+    with open(path, encoding="utf-8") as f:
+        for number, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                yield number, line, json.loads(line)
+            except json.JSONDecodeError as err:
+                raise DFlashError(f"{path}:{number}: not JSON ({err})") from err
 
 
 def read_prompts_file(path: str | Path) -> list[dict]:
     """Lines of {"prompt": str}, {"text": str} (the evaluation sets under train_data/eval) or
     {"turns": [str, ...]}; returns dicts with a "turns" list."""
     records = []
-    with open(path) as f:
-        for number, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise DFlashError(f"{path}:{number}: not JSON ({err})") from err
-            if not isinstance(rec, dict):
-                raise DFlashError(f"{path}:{number}: needs a JSON object, got {line.strip()[:40]}")
-            if isinstance(rec.get("turns"), list) and rec["turns"]:
-                turns = [str(t) for t in rec["turns"]]
-            elif isinstance(rec.get("prompt"), str):
-                turns = [rec["prompt"]]
-            elif isinstance(rec.get("text"), str):
-                turns = [rec["text"]]
-            else:
-                raise DFlashError(f"{path}:{number}: needs a \"prompt\" or \"text\" string or a "
-                                  "\"turns\" list")
-            records.append({**rec, "turns": turns})
+    for number, line, rec in json_lines(path):
+        if not isinstance(rec, dict):
+            raise DFlashError(f"{path}:{number}: needs a JSON object, got {line.strip()[:40]}")
+        if isinstance(rec.get("turns"), list) and rec["turns"]:
+            turns = [str(t) for t in rec["turns"]]
+        elif isinstance(rec.get("prompt"), str):
+            turns = [rec["prompt"]]
+        elif isinstance(rec.get("text"), str):
+            turns = [rec["text"]]
+        else:
+            raise DFlashError(f"{path}:{number}: needs a \"prompt\" or \"text\" string or a "
+                              "\"turns\" list")
+        records.append({**rec, "turns": turns})
     if not records:
         raise DFlashError(f"{path} holds no prompts")
     return records

@@ -12,7 +12,7 @@ import json
 import re
 from pathlib import Path
 
-from dflash_plugin.errors import DFlashError
+from dflash_plugin.prompt_io import json_lines
 
 NGRAM = 8
 _SKIP_DIRS = {".git", ".venv", ".venv-sglang", "node_modules", "__pycache__", "build", "dist"}
@@ -59,21 +59,14 @@ def find_eval_files(root: Path, exclude: tuple[Path, ...] = ()) -> list[Path]:
 
 def eval_texts(path: Path) -> list[str]:
     out = []
-    with open(path, encoding="utf-8") as f:
-        for number, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise DFlashError(f"{path}:{number}: not JSON ({err})") from err
-            if not isinstance(row, dict):
-                continue
-            for key in ("text", "prompt", "followup"):
-                if isinstance(row.get(key), str):
-                    out.append(row[key])
-            if isinstance(row.get("turns"), list):
-                out += [t for t in row["turns"] if isinstance(t, str)]
+    for _, _, row in json_lines(path):
+        if not isinstance(row, dict):
+            continue
+        for key in ("text", "prompt", "followup"):
+            if isinstance(row.get(key), str):
+                out.append(row[key])
+        if isinstance(row.get("turns"), list):
+            out += [t for t in row["turns"] if isinstance(t, str)]
     return out
 
 
