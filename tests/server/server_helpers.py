@@ -13,6 +13,7 @@ import os
 import sys
 import urllib.request
 from pathlib import Path
+from typing import Callable, Iterator, TypeVar
 
 import pytest
 
@@ -24,6 +25,7 @@ HAVE_SERVER_DEPS = all(importlib.util.find_spec(m) for m in ("vllm", "openai"))
 START_TIMEOUT = float(os.environ.get("DFLASH_TEST_SERVER_TIMEOUT", "900"))
 MODEL = "SmolLM2-135M-Instruct"  # served name of the embedded default
 RANDOM_DRAFTER_LAYER_IDS = [1, 8, 14, 20, 27]
+T = TypeVar("T")
 
 
 def make_random_drafter(path: Path, target_path: Path, **overrides) -> Path:
@@ -70,6 +72,43 @@ def start_server(log_path: Path, *serve_args: str,
         pytest.fail(f"server did not start: {err}\n--- log tail ---\n{server.output_tail()}")
     print(f"[server] {log_path.name} ready after {seconds:.0f} s")
     return server
+
+
+# float32 with a 1024-token context, in eager mode: `dflash serve` options, then vLLM's own.
+FP32_CONTEXT = 1024
+FP32_EAGER = ["--dtype", "float32", "--context-length", str(FP32_CONTEXT), "--", "--enforce-eager"]
+# Draft passes priced at nothing and verified drafts cheap: the load-aware policy drafts every
+# step and verifies, per request, as many drafts as their confidence is worth.
+CHEAP_DRAFTS = ("verify_fixed=1,verify_per_token=0.02,draft_fixed=0,draft_per_request=0,"
+                "min_speedup=1,min_speedup_batched=1")
+
+
+def start_fp32_server(log_path: Path, *serve_args: str,
+                      env: dict[str, str] | None = None) -> ServeProcess:
+    """start_server with FP32_EAGER after `serve_args`."""
+    return start_server(log_path, *serve_args, *FP32_EAGER, env=env)
+
+
+def plain_fp32_outputs(log_path: Path, collect: Callable[[Server], T]) -> T:
+    """collect(server) on a no-speculation FP32_EAGER server, stopped before this returns (the
+    reference runs first, and never beside the server it is compared with)."""
+    server = start_fp32_server(log_path, "--speculative-algorithm", "NONE")
+    try:
+        return collect(server)
+    finally:
+        server.stop()
+
+
+def cheap_drafts_fp32_server(log_path: Path, drafter: Path,
+                             *serve_args: str) -> Iterator[ServeProcess]:
+    """For a fixture to `yield from`: a DFlash FP32_EAGER server on `drafter` under the
+    CHEAP_DRAFTS cost model, stopped at teardown."""
+    server = start_fp32_server(log_path, "--speculative-draft-model-path", str(drafter),
+                               *serve_args, env={"DFLASH_COST_MODEL": CHEAP_DRAFTS})
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 def scrape(server) -> dict[str, float]:

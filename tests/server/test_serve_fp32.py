@@ -11,44 +11,31 @@ from pathlib import Path
 
 import openai
 import pytest
-from server_helpers import (MAX_TOKENS, MODEL, PROMPTS, chat_ids, collect_outputs, openai_client,
-                            scrape, start_server)
+from server_helpers import (FP32_CONTEXT, MAX_TOKENS, MODEL, PROMPTS, chat_ids,
+                            cheap_drafts_fp32_server, collect_outputs, openai_client,
+                            plain_fp32_outputs, scrape)
 
 from dflash_cli.serving.server import is_healthy
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.engine]
 
-CONTEXT = 1024
-COMMON = ["--dtype", "float32", "--context-length", str(CONTEXT)]
-ENGINE = ["--", "--enforce-eager"]
-CHEAP_DRAFTS = ("verify_fixed=1,verify_per_token=0.02,draft_fixed=0,draft_per_request=0,"
-                "min_speedup=1,min_speedup_batched=1")
-
 
 @pytest.fixture(scope="module")
 def baseline(server_logs, target_path):
     """Greedy outputs of a no-speculation server (stopped before anything else starts)."""
-    server = start_server(server_logs / "fp32-none.log", "--speculative-algorithm", "NONE",
-                          *COMMON, *ENGINE)
-    try:
-        return collect_outputs(server)
-    finally:
-        server.stop()
+    return plain_fp32_outputs(server_logs / "fp32-none.log", collect_outputs)
 
 
 @pytest.fixture(scope="module")
 def server(baseline, server_logs, drafter):
-    # The load-aware policy with draft passes priced at nothing and verified drafts cheap: it
-    # drafts every step and verifies, per request, as many drafts as their confidence is worth
-    # (0..15, varying), so the token-identity tests below check verified drafts of many
-    # lengths; under the CPU preset it may verify none with a weak drafter (test_engine.py
-    # covers the policies in-process; test_serve_bf16.py verifies full blocks).
+    # The load-aware policy under CHEAP_DRAFTS drafts every step and verifies, per request, as
+    # many drafts as their confidence is worth (0..15, varying), so the token-identity tests
+    # below check verified drafts of many lengths; under the CPU preset it may verify none with
+    # a weak drafter (test_engine.py covers the policies in-process; test_serve_bf16.py
+    # verifies full blocks).
     # The whole block on every CPU (without native bf16 dflash serve would default to 4 tokens).
-    server = start_server(server_logs / "fp32-dflash.log", "--speculative-draft-model-path",
-                          str(drafter), "--speculative-num-draft-tokens", "16", *COMMON, *ENGINE,
-                          env={"DFLASH_COST_MODEL": CHEAP_DRAFTS})
-    yield server
-    server.stop()
+    yield from cheap_drafts_fp32_server(server_logs / "fp32-dflash.log", drafter,
+                                        "--speculative-num-draft-tokens", "16")
 
 
 @pytest.fixture(scope="module")
@@ -139,7 +126,7 @@ def assert_still_serving(server, client):
 
 
 def test_over_long_prompt_is_a_4xx_and_the_server_keeps_serving(server, client):
-    long_prompt = "word " * (CONTEXT + 200)
+    long_prompt = "word " * (FP32_CONTEXT + 200)
     with pytest.raises(openai.APIStatusError) as err:
         client.completions.create(model=MODEL, prompt=long_prompt, max_tokens=8)
     assert 400 <= err.value.status_code < 500

@@ -10,17 +10,11 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from server_helpers import MODEL, PROMPTS, async_openai_client, openai_client, start_server, \
-    token_ids
+from server_helpers import (MODEL, PROMPTS, async_openai_client, cheap_drafts_fp32_server,
+                            openai_client, plain_fp32_outputs, token_ids)
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.engine]
 
-COMMON = ["--dtype", "float32", "--context-length", "1024"]
-ENGINE = ["--", "--enforce-eager"]
-# Draft passes priced at nothing: the policy drafts every step, so drafted requests sit in the
-# same batches as the undrafted ones.
-CHEAP_DRAFTS = ("verify_fixed=1,verify_per_token=0.02,draft_fixed=0,draft_per_request=0,"
-                "min_speedup=1,min_speedup_batched=1")
 MAX_TOKENS = 32
 PROMPT = PROMPTS[1]
 
@@ -88,23 +82,16 @@ def collect(server) -> dict:
 
 @pytest.fixture(scope="module")
 def plain(server_logs, target_path):
-    server = start_server(server_logs / "plain-requests-none.log", "--speculative-algorithm",
-                          "NONE", *COMMON, *ENGINE)
-    try:
-        return collect(server)
-    finally:
-        server.stop()
+    return plain_fp32_outputs(server_logs / "plain-requests-none.log", collect)
 
 
 @pytest.fixture(scope="module")
 def dflash_server(plain, server_logs, shipped_drafter):
     if shipped_drafter is None:
         pytest.skip("needs the shipped drafter (drafts that get accepted)")
-    server = start_server(server_logs / "plain-requests-dflash.log",
-                          "--speculative-draft-model-path", str(shipped_drafter), *COMMON, *ENGINE,
-                          env={"DFLASH_COST_MODEL": CHEAP_DRAFTS})
-    yield server
-    server.stop()
+    # CHEAP_DRAFTS: the policy drafts every step, so drafted requests sit in the same batches as
+    # the undrafted ones.
+    yield from cheap_drafts_fp32_server(server_logs / "plain-requests-dflash.log", shipped_drafter)
 
 
 @pytest.fixture(scope="module")

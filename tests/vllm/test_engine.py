@@ -10,13 +10,12 @@ rejected) for the checks that need one.
 
 from __future__ import annotations
 
-import gc
 import math
-import os
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from engine_helpers import engine as start_engine
+from engine_helpers import environment, shipped_drafter
 
 from dflash_cli.serving.flags import DRAFT_IDS_EXECUTOR
 
@@ -43,41 +42,9 @@ DRAFT_CHECK_PROMPT = Path(__file__).parents[2] / "train_data/smollm2-135m/eval_p
 DRAFT_CHECK_TOKENS = 64
 
 
-def shipped_drafter() -> Path | None:
-    from dflash_plugin.defaults import DRAFTERS_DIR, DEFAULT_DRAFTER_NAME
-
-    path = DRAFTERS_DIR / DEFAULT_DRAFTER_NAME
-    return path if (path / "config.json").is_file() else None
-
-
-@contextmanager
-def environment(**values):
-    saved = {name: os.environ.get(name) for name in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-
-
-@contextmanager
 def engine(target, drafter=None, **extra):
-    from vllm import LLM
-
-    if drafter is not None:
-        extra["speculative_config"] = {"method": "dflash", "model": str(drafter),
-                                       "num_speculative_tokens": K}
-    llm = LLM(model=str(target), disable_log_stats=False, **ENGINE_ARGS, **extra)
-    try:
-        yield llm
-    finally:
-        llm.llm_engine.engine_core.shutdown()
-        del llm
-        gc.collect()
+    return start_engine(target, drafter, num_speculative_tokens=K, disable_log_stats=False,
+                        **ENGINE_ARGS, **extra)
 
 
 def generate(llm, prompts, one_at_a_time=False):

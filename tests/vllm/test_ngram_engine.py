@@ -4,11 +4,8 @@ actually verified, alone and in a batch with ordinary prompts."""
 
 from __future__ import annotations
 
-import gc
-import os
-from pathlib import Path
-
 import pytest
+from engine_helpers import engine, environment, shipped_drafter
 
 pytest.importorskip("vllm", reason="needs the vLLM CPU build")
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.engine]
@@ -25,44 +22,20 @@ COPY_PROMPTS = [f"Repeat this text exactly, word for word: {PASSAGE}",
 OTHER_PROMPTS = ["Write a haiku about rain.", "What is a compiler?"]
 
 
-def shipped_drafter() -> Path | None:
-    from dflash_plugin.defaults import DEFAULT_DRAFTER_NAME, DRAFTERS_DIR
-
-    path = DRAFTERS_DIR / DEFAULT_DRAFTER_NAME
-    return path if (path / "config.json").is_file() else None
-
-
 def run_engine(target, prompt_sets, drafter=None, env=None, worker_call=None):
     """Greedy answers (token ids) of each prompt set, one generate call per set, and the
     result of `worker_call` on the worker afterwards."""
-    from vllm import LLM, SamplingParams
+    from vllm import SamplingParams
 
-    saved = {name: os.environ.get(name) for name in (env or {})}
-    os.environ.update(env or {})
-    extra = {}
-    if drafter is not None:
-        extra["speculative_config"] = {"method": "dflash", "model": str(drafter),
-                                       "num_speculative_tokens": K}
-    try:
-        llm = LLM(model=str(target), **ENGINE_ARGS, **extra)
-        try:
-            params = SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS)
-            outputs = []
-            for prompts in prompt_sets:
-                messages = [[{"role": "user", "content": p}] for p in prompts]
-                outputs.append([list(o.outputs[0].token_ids) for o in
-                                llm.chat(messages, params, use_tqdm=False)])
-            worker = llm.collective_rpc(worker_call)[0] if worker_call else None
-        finally:
-            llm.llm_engine.engine_core.shutdown()
-            del llm
-            gc.collect()
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+    with environment(**(env or {})), \
+            engine(target, drafter, num_speculative_tokens=K, **ENGINE_ARGS) as llm:
+        params = SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS)
+        outputs = []
+        for prompts in prompt_sets:
+            messages = [[{"role": "user", "content": p}] for p in prompts]
+            outputs.append([list(o.outputs[0].token_ids) for o in
+                            llm.chat(messages, params, use_tqdm=False)])
+        worker = llm.collective_rpc(worker_call)[0] if worker_call else None
     return outputs, worker
 
 

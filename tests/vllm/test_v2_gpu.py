@@ -12,11 +12,9 @@ budget verifies none. A random drafter suffices: nothing here depends on its dra
 
 from __future__ import annotations
 
-import gc
-import os
-from contextlib import contextmanager
-
 import pytest
+from engine_helpers import engine as start_engine
+from engine_helpers import environment
 
 pytest.importorskip("vllm", reason="needs vLLM")
 
@@ -44,37 +42,9 @@ ENGINE_ARGS = dict(dtype="float32", max_model_len=1024, seed=0, max_num_seqs=len
                    kv_cache_memory_bytes=1 << 30, disable_log_stats=False)
 
 
-@contextmanager
-def environment(**values):
-    saved = {name: os.environ.get(name) for name in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-
-
-@contextmanager
 def engine(target, drafter=None):
-    from vllm import LLM
-
-    extra = {}
-    if drafter is not None:
-        extra["speculative_config"] = {"method": "dflash", "model": str(drafter),
-                                       "num_speculative_tokens": K,
-                                       "enable_adaptive_verification": True}
-    llm = LLM(model=str(target), **ENGINE_ARGS, **extra)
-    try:
-        yield llm
-    finally:
-        llm.llm_engine.engine_core.shutdown()
-        del llm
-        gc.collect()
-        torch.cuda.empty_cache()
+    return start_engine(target, drafter, num_speculative_tokens=K,
+                        speculative={"enable_adaptive_verification": True}, **ENGINE_ARGS)
 
 
 def generate(llm, prompts) -> list[list[int]]:
