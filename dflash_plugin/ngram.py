@@ -21,7 +21,7 @@ checks that).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -170,49 +170,49 @@ class NgramCounts:
 
 
 class NgramDrafts:
-    """The n-gram side of one drafter's policy: the lookup, its calibration and the choices."""
+    """The n-gram side of one drafter's policy: the lookup, its calibration and the choices.
+    The policy itself is passed in with each choice (an adapter may replace it)."""
 
-    def __init__(self, policy: DraftPolicy, min_n: int = NGRAM_MIN, max_n: int = NGRAM_MAX,
+    def __init__(self, block: int, min_n: int = NGRAM_MIN, max_n: int = NGRAM_MAX,
                  explore_every: int = 32):
-        self.policy = policy
         self.min_n, self.max_n = min_n, max_n
-        self.calibration = NgramCalibration(policy.block, min_n, max_n)
+        self.calibration = NgramCalibration(block, min_n, max_n)
         self.counts = NgramCounts()
         # Every this many steps whose matches all lost to the drafter, a matched request takes
         # its n-gram draft anyway, so that the calibration keeps learning what lookup is worth.
         self.explore_every = explore_every
         self.steps_unused = 0
+        self._free: tuple[CostModel | None, CostModel | None] = (None, None)
 
-    @property
-    def active(self) -> bool:
+    @staticmethod
+    def active(policy: DraftPolicy) -> bool:
         """Only the adaptive policy chooses drafts (off drafts nothing, full the whole block)."""
-        return self.policy.mode is PolicyMode.ADAPTIVE
+        return policy.mode is PolicyMode.ADAPTIVE
 
     def find(self, histories: Sequence[np.ndarray | None], k: int) -> list[NgramMatch | None]:
         """One lookup per request (None: no history, e.g. a prefill chunk, or no match)."""
         return [None if h is None else find_ngram_draft(h, k, self.min_n, self.max_n)
                 for h in histories]
 
-    def plan_without_draft_pass(self, matches: Sequence[NgramMatch | None], limit: int,
-                                drafter_runs: bool) -> list[int] | None:
+    def plan_without_draft_pass(self, policy: DraftPolicy, matches: Sequence[NgramMatch | None],
+                                limit: int, drafter_runs: bool) -> list[int] | None:
         """Before the draft pass: n-gram draft lengths for a step without one, when that beats
         what running the drafter is expected to bring (`drafter_runs`: the policy wants the
         pass); None to leave the step to the drafter (or to nobody)."""
-        if not self.active or not any(m is not None for m in matches):
+        if not self.active(policy) or not any(m is not None for m in matches):
             return None
         batch = len(matches)
-        costs = self.policy.costs
+        costs = policy.costs
         lookup = self.calibration.gains(matches, limit)
-        free = CostModel(costs.verify_fixed, costs.verify_per_token, 0.0, 0.0,
-                         costs.min_speedup, costs.min_speedup_batched)
+        free = self._without_draft_pass(costs)
         lengths = plan_draft_lengths(lookup, free)
         if not any(lengths):
             return None
         if drafter_runs:
             # The drafter as it has done lately (its running curve), or the lookup where that
             # is worth more: the best the step can expect with a draft pass.
-            curve = self.policy.curve[:limit].expand(batch, -1)
-            mixed = self._mix(curve, lookup, batch)
+            curve = policy.curve[:limit].expand(batch, -1)
+            mixed = self._mix(costs, curve, lookup, batch)
             with_pass = plan_draft_lengths(mixed, costs)
             if any(with_pass) and (expected_rate(mixed, with_pass, costs, True)
                                    > expected_rate(lookup, lengths, free, False)):
@@ -220,15 +220,21 @@ class NgramDrafts:
         self.counts.steps_without_draft_pass += 1
         return lengths
 
-    def choose(self, drafter_gains: torch.Tensor, matches: Sequence[NgramMatch | None]
-               ) -> tuple[torch.Tensor, list[bool]]:
+    def _without_draft_pass(self, costs: CostModel) -> CostModel:
+        """`costs` with the draft pass free (kept while the policy's costs stay the same)."""
+        if self._free[0] is not costs:
+            self._free = (costs, replace(costs, draft_fixed=0.0, draft_per_request=0.0))
+        return self._free[1]
+
+    def choose(self, policy: DraftPolicy, drafter_gains: torch.Tensor,
+               matches: Sequence[NgramMatch | None]) -> tuple[torch.Tensor, list[bool]]:
         """After the draft pass: per request, the drafter's gains [B, K] or the lookup's,
         whichever is worth more; returns the mixed gains and which rows took the lookup."""
         batch, limit = drafter_gains.shape
-        if not self.active or not any(m is not None for m in matches):
+        if not self.active(policy) or not any(m is not None for m in matches):
             return drafter_gains, [False] * batch
         lookup = self.calibration.gains(matches, limit)
-        take = self._lookup_rows(drafter_gains, lookup, batch)
+        take = self._lookup_rows(policy.costs, drafter_gains, lookup, batch)
         if not any(take):
             self.steps_unused += 1
             if self.steps_unused >= self.explore_every:
@@ -238,12 +244,13 @@ class NgramDrafts:
         mixed = torch.where(torch.tensor(take).unsqueeze(-1), lookup, drafter_gains)
         return mixed, take
 
-    def _lookup_rows(self, drafter_gains, lookup, batch) -> list[bool]:
-        price = token_price(self.policy.costs, batch)
+    @staticmethod
+    def _lookup_rows(costs, drafter_gains, lookup, batch) -> list[bool]:
+        price = token_price(costs, batch)
         return (draft_value(lookup, price) > draft_value(drafter_gains, price)).tolist()
 
-    def _mix(self, drafter_gains, lookup, batch) -> torch.Tensor:
-        take = torch.tensor(self._lookup_rows(drafter_gains, lookup, batch)).unsqueeze(-1)
+    def _mix(self, costs, drafter_gains, lookup, batch) -> torch.Tensor:
+        take = torch.tensor(self._lookup_rows(costs, drafter_gains, lookup, batch)).unsqueeze(-1)
         return torch.where(take, lookup, drafter_gains)
 
     def handed_out(self, lengths: Sequence[int]):

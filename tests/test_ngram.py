@@ -116,11 +116,15 @@ def policy_with_curve(acceptance: float, costs=None, block=8) -> DraftPolicy:
     return policy
 
 
-def trained(drafts: NgramDrafts, rate: float, ngram: int = 4, rounds: int = 200):
-    block = drafts.policy.block
+def lookup(policy: DraftPolicy, **options) -> tuple[DraftPolicy, NgramDrafts]:
+    return policy, NgramDrafts(policy.block, **options)
+
+
+def trained(pair, rate: float, ngram: int = 4, rounds: int = 200):
+    policy, drafts = pair
     for _ in range(rounds):
-        drafts.observe([ngram], [block], [int(rate * block)])
-    return drafts
+        drafts.observe([ngram], [policy.block], [int(rate * policy.block)])
+    return pair
 
 
 def copy_match(block=8, ngram=4):
@@ -129,53 +133,53 @@ def copy_match(block=8, ngram=4):
 
 def test_lookup_alone_when_it_beats_running_the_drafter():
     # A copying request: lookup right nearly always; the drafter mediocre lately.
-    drafts = trained(NgramDrafts(policy_with_curve(0.5)), 1.0)
-    lengths = drafts.plan_without_draft_pass([copy_match()], 8, drafter_runs=True)
+    policy, drafts = trained(lookup(policy_with_curve(0.5)), 1.0)
+    lengths = drafts.plan_without_draft_pass(policy, [copy_match()], 8, drafter_runs=True)
     assert lengths == [8] and drafts.counts.steps_without_draft_pass == 1
     # Without a match, or in the other policy modes, the drafter's policy decides alone.
-    assert drafts.plan_without_draft_pass([None], 8, drafter_runs=True) is None
+    assert drafts.plan_without_draft_pass(policy, [None], 8, drafter_runs=True) is None
     for mode in (PolicyMode.FULL, PolicyMode.OFF):
-        other = NgramDrafts(DraftPolicy(mode, vllm_cpu_fp32_costs(9), 8))
-        assert other.plan_without_draft_pass([copy_match()], 8, drafter_runs=False) is None
+        other = DraftPolicy(mode, vllm_cpu_fp32_costs(9), 8)
+        assert drafts.plan_without_draft_pass(other, [copy_match()], 8, False) is None
 
 
 def test_drafter_keeps_the_step_when_it_is_expected_to_bring_more():
     # Untrained lookup (prior 0.5 per token) against a drafter right 90% of the time.
-    drafts = NgramDrafts(policy_with_curve(0.9))
-    assert drafts.plan_without_draft_pass([copy_match()], 8, drafter_runs=True) is None
+    policy, drafts = lookup(policy_with_curve(0.9))
+    assert drafts.plan_without_draft_pass(policy, [copy_match()], 8, drafter_runs=True) is None
     # The policy would not run the drafter (too costly here): lookup drafts are still free.
-    lengths = drafts.plan_without_draft_pass([copy_match()], 8, drafter_runs=False)
+    lengths = drafts.plan_without_draft_pass(policy, [copy_match()], 8, drafter_runs=False)
     assert lengths is not None and 1 <= lengths[0] <= 8
     # A lookup that is always wrong is not verified even for free.
-    wrong = trained(NgramDrafts(policy_with_curve(0.9)), 0.0)
-    assert wrong.plan_without_draft_pass([copy_match()], 8, drafter_runs=False) is None
+    policy, wrong = trained(lookup(policy_with_curve(0.9)), 0.0)
+    assert wrong.plan_without_draft_pass(policy, [copy_match()], 8, drafter_runs=False) is None
 
 
 def test_after_the_pass_each_request_takes_the_better_draft():
-    drafts = trained(NgramDrafts(policy_with_curve(0.7)), 1.0)
+    policy, drafts = trained(lookup(policy_with_curve(0.7)), 1.0)
     drafter = cumulative_acceptance(torch.tensor([[0.95] * 8, [0.3] * 8, [0.3] * 8]))
     matches = [copy_match(), copy_match(), None]
-    mixed, take = drafts.choose(drafter, matches)
+    mixed, take = drafts.choose(policy, drafter, matches)
     # request 0: both look good, the lookup's learnt 4-gram rate is higher; request 1: the
     # drafter is unsure, the lookup wins; request 2: no match
     assert take == [True, True, False]
     assert torch.equal(mixed[2], drafter[2]) and mixed[1, 7] > 0.9
-    bad = trained(NgramDrafts(policy_with_curve(0.7)), 0.0)
-    mixed, take = bad.choose(drafter, matches)
+    policy, bad = trained(lookup(policy_with_curve(0.7)), 0.0)
+    mixed, take = bad.choose(policy, drafter, matches)
     assert take == [False, False, False] and torch.equal(mixed, drafter)
 
 
 def test_lookup_is_tried_now_and_then_while_the_drafter_wins():
-    drafts = NgramDrafts(policy_with_curve(0.7), explore_every=3)
+    policy, drafts = lookup(policy_with_curve(0.7), explore_every=3)
     drafter = cumulative_acceptance(torch.full((1, 8), 0.99))
-    takes = [drafts.choose(drafter, [copy_match()])[1] for _ in range(6)]
+    takes = [drafts.choose(policy, drafter, [copy_match()])[1] for _ in range(6)]
     assert takes == [[False], [False], [True], [False], [False], [True]]
     # no match: nothing to explore
-    assert drafts.choose(drafter, [None])[1] == [False]
+    assert drafts.choose(policy, drafter, [None])[1] == [False]
 
 
 def test_counts_summary():
-    drafts = NgramDrafts(policy_with_curve(0.5, VLLM_CPU_COSTS))
+    _, drafts = lookup(policy_with_curve(0.5, VLLM_CPU_COSTS))
     drafts.handed_out([3, 0, 2])
     drafts.observe([4, 2], [3, 2], [3, 1])
     assert drafts.counts.summary() == ("n-gram: 2 drafts (5 tokens, 4 accepted), 0 steps "

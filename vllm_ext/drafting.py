@@ -193,7 +193,7 @@ class Drafting:
         """This step's prompt-lookup proposals of up to k tokens per request, from P6's record
         (empty when lookup is off or the policy does not choose lengths)."""
         record, self.step_tokens = self.step_tokens, None
-        if self.ngram is None or not self.ngram.active or k <= 0:
+        if self.ngram is None or not self.ngram.active(self.policy) or k <= 0:
             return []
         found = histories(record, batch)
         for row in no_drafts:
@@ -207,7 +207,7 @@ class Drafting:
         (`draft_pass`: the policy wants one), or None."""
         if not matches:
             return None
-        return self.ngram.plan_without_draft_pass(matches, limit, draft_pass)
+        return self.ngram.plan_without_draft_pass(self.policy, matches, limit, draft_pass)
 
     def lookup_drafts(self, batch: int, matches: Sequence[NgramMatch | None],
                       lengths: Sequence[int] | None,
@@ -241,8 +241,10 @@ class Drafting:
         else:
             confidence = None
         from_lookup = [False] * batch
-        if matches and confidence is not None and self.ngram is not None and self.ngram.active:
-            gains, from_lookup = self.ngram.choose(self.policy.drafter_gains(confidence), matches)
+        if (matches and confidence is not None and self.ngram is not None
+                and self.ngram.active(self.policy)):
+            gains, from_lookup = self.ngram.choose(self.policy,
+                                                   self.policy.drafter_gains(confidence), matches)
             lengths = self.policy.plan(gains)
         else:
             lengths = list(self.policy.choose(batch, confidence, block))

@@ -46,7 +46,7 @@ def start(policy: DraftPolicy) -> NgramDrafts | None:
         return None
     if not install_history_hook():
         return None
-    return NgramDrafts(policy)
+    return NgramDrafts(policy.block)
 
 
 def install_history_hook() -> bool:

@@ -45,7 +45,7 @@ def test_histories_join_the_batch_and_this_steps_accepted_tokens():
 def drafting_with_lookup(drafter_acceptance=0.5, lookup_rate=None) -> Drafting:
     policy = DraftPolicy(PolicyMode.ADAPTIVE, vllm_cpu_fp32_costs(BLOCK + 1), BLOCK)
     policy.curve = cumulative_acceptance(torch.full((BLOCK,), drafter_acceptance))
-    ngram = NgramDrafts(policy)
+    ngram = NgramDrafts(policy.block)
     if lookup_rate is not None:
         for _ in range(100):
             ngram.calibration.observe([2], [BLOCK], [int(lookup_rate * BLOCK)])
