@@ -6,7 +6,8 @@ first answer (a second turn, stored as ID/followup).
         --output train_data/smollm2-135m-real/responses.jsonl.gz
 
 Answers are saved chunk by chunk to NAME.partial.jsonl next to the output; the same command
-run again (after a stop, on another machine with the partial file) answers only the rest. When
+run again (after a stop, on another machine with the partial file, or with it gzipped beside the
+output as NAME.partial.jsonl.gz) answers only the rest. When
 every prompt is answered the partial file becomes the gzipped output and a summary is written
 to NAME.summary.json. Train on it: copy it to a work folder's responses.jsonl and run
 `dflash train --stages features,train ...` there.
@@ -62,6 +63,10 @@ def main():
     prompts = prompt_set.spread_over_categories(prompt_set.read_jsonl(args.prompts), args.limit)
     partial = args.output.with_name(args.output.name.removesuffix(".gz")
                                     .removesuffix(".jsonl") + ".partial.jsonl")
+    saved = partial.with_name(partial.name + ".gz")  # a stopped run's answers, as committed
+    if saved.is_file() and not partial.is_file():
+        with gzip.open(saved, "rb") as src, partial.open("wb") as dst:
+            shutil.copyfileobj(src, dst)
     target = resolve_target(args.target)
     start = time.perf_counter()
     stats = generate_responses(target, prompts, partial, max_tokens=args.max_tokens,
