@@ -61,7 +61,7 @@ SWITCHES = (
            "them in one batched call"),
     Switch("DFLASH_SAMPLER_SHORTCUT", "on/off", "on",
            "vLLM plugin: steps that verify no drafts skip vLLM's rejection sampler"),
-    Switch("DFLASH_NGRAM_DRAFTS", "on/off", "off",
+    Switch("DFLASH_NGRAM_DRAFTS", "on/off", "on",
            "vLLM plugin (V1 runner): where prompt lookup (an n-gram of the request's own tokens) "
            "is expected to draft better than the drafter, verify its tokens instead, per request"),
     Switch("DFLASH_STATS_EVERY", "count", "2000",

@@ -11,6 +11,7 @@ rejected) for the checks that need one.
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -42,9 +43,14 @@ DRAFT_CHECK_PROMPT = Path(__file__).parents[2] / "train_data/smollm2-135m/eval_p
 DRAFT_CHECK_TOKENS = 64
 
 
+@contextmanager
 def engine(target, drafter=None, **extra):
-    return start_engine(target, drafter, num_speculative_tokens=K, disable_log_stats=False,
-                        **ENGINE_ARGS, **extra)
+    # Lookup drafts have their own engine tests (test_ngram_engine.py); here the drafter's
+    # drafts alone, as the draft-length, policy and draft-log checks below expect.
+    with environment(DFLASH_NGRAM_DRAFTS="off"), \
+            start_engine(target, drafter, num_speculative_tokens=K, disable_log_stats=False,
+                         **ENGINE_ARGS, **extra) as llm:
+        yield llm
 
 
 def generate(llm, prompts, one_at_a_time=False):

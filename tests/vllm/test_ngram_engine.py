@@ -1,6 +1,7 @@
 """Prompt-lookup drafts (DFLASH_NGRAM_DRAFTS=on) in a real vLLM engine on the SmolLM2 target:
 greedy output token-identical to plain decoding, on copy-heavy prompts where lookup drafts are
-actually verified, alone and in a batch with ordinary prompts."""
+actually verified, alone and in a batch with ordinary prompts; and sampled output (T = 1) with
+lookup drafts forced is the target's distribution."""
 
 from __future__ import annotations
 
@@ -22,21 +23,15 @@ COPY_PROMPTS = [f"Repeat this text exactly, word for word: {PASSAGE}",
 OTHER_PROMPTS = ["Write a haiku about rain.", "What is a compiler?"]
 
 
-def run_engine(target, prompt_sets, drafter=None, env=None, worker_call=None):
-    """Greedy answers (token ids) of each prompt set, one generate call per set, and the
-    result of `worker_call` on the worker afterwards."""
+def answers(llm, prompt_sets):
+    """Greedy answers (token ids) of each prompt set, one chat call per set."""
     from vllm import SamplingParams
 
-    with environment(**(env or {})), \
-            engine(target, drafter, num_speculative_tokens=K, **ENGINE_ARGS) as llm:
-        params = SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS)
-        outputs = []
-        for prompts in prompt_sets:
-            messages = [[{"role": "user", "content": p}] for p in prompts]
-            outputs.append([list(o.outputs[0].token_ids) for o in
-                            llm.chat(messages, params, use_tqdm=False)])
-        worker = llm.collective_rpc(worker_call)[0] if worker_call else None
-    return outputs, worker
+    params = SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS)
+    return [[list(o.outputs[0].token_ids) for o in
+             llm.chat([[{"role": "user", "content": p}] for p in prompts], params,
+                      use_tqdm=False)]
+            for prompts in prompt_sets]
 
 
 def lookup_state():
@@ -57,11 +52,13 @@ def runs(target_path):
     if drafter is None:
         pytest.skip("needs the shipped drafter")
     prompt_sets = [[p] for p in COPY_PROMPTS] + [COPY_PROMPTS + OTHER_PROMPTS]
-    plain, _ = run_engine(target_path, prompt_sets)
-    hybrid, state = run_engine(target_path, prompt_sets, drafter,
-                               {"DFLASH_NGRAM_DRAFTS": "on", "DFLASH_STATS_EVERY": "0",
-                                "VLLM_ALLOW_INSECURE_SERIALIZATION": "1"},
-                               lookup_state())
+    with engine(target_path, None, num_speculative_tokens=K, **ENGINE_ARGS) as llm:
+        plain = answers(llm, prompt_sets)
+    with environment(DFLASH_NGRAM_DRAFTS="on", DFLASH_STATS_EVERY="0",
+                     VLLM_ALLOW_INSECURE_SERIALIZATION="1"), \
+            engine(target_path, drafter, num_speculative_tokens=K, **ENGINE_ARGS) as llm:
+        hybrid = answers(llm, prompt_sets)
+        state = llm.collective_rpc(lookup_state())[0]
     return dict(plain=plain, hybrid=hybrid, state=state)
 
 
@@ -73,3 +70,79 @@ def test_lookup_drafts_were_verified(runs):
     state = runs["state"]
     assert state is not None, "DFLASH_NGRAM_DRAFTS=on built no lookup"
     assert state["lookup_drafts_verified"] > 0
+
+
+# Sampling (T = 1): lookup drafts verified by vLLM's rejection sampler must leave the target's
+# distribution as it is. The same two-sample chi-square test as tests/vllm/
+# test_sampling_distribution.py, with lookup drafts forced on every step that has a match.
+REPEATING_PROMPT = "one two three, one two three, one two three, one two"
+N = 400
+SAMPLED_TOKENS = 4
+
+
+def force_lookup():
+    def force(worker):
+        """Lookup judged always right, whatever verification shows (a huge prior), and
+        matching single tokens too, so that most steps verify a lookup draft."""
+        ngram = worker.model_runner.drafter.model.dflash_drafting.ngram
+        ngram.min_n = 1
+        ngram.calibration.tried.fill_(1e12)
+        ngram.calibration.accepted.fill_(1e12)
+
+    def accept_every_draft(worker):
+        import torch
+        from vllm.v1.sample import rejection_sampler
+
+        def zeros(num_tokens, num_draft_tokens, generators, device):
+            return torch.zeros(num_tokens, dtype=torch.float64, device=device)
+
+        rejection_sampler.generate_uniform_probs = zeros
+
+    return force, accept_every_draft
+
+
+def sample(llm):
+    from vllm import SamplingParams
+
+    params = [SamplingParams(seed=i, temperature=1.0, max_tokens=SAMPLED_TOKENS, ignore_eos=True)
+              for i in range(N)]
+    return [tuple(o.outputs[0].token_ids)
+            for o in llm.generate([REPEATING_PROMPT] * N, params, use_tqdm=False)]
+
+
+@pytest.fixture(scope="module")
+def samples(target_path):
+    drafter = shipped_drafter()
+    if drafter is None:
+        pytest.skip("needs the shipped drafter")
+    args = dict(ENGINE_ARGS, max_model_len=256, max_num_seqs=128)
+    force, accept_every_draft = force_lookup()
+    results = {}
+    with engine(target_path, None, num_speculative_tokens=K, **args) as llm:
+        results["plain"] = sample(llm)
+    # Verification nearly free in the cost model, so that lookup drafts are verified at any
+    # batch size (the preset would verify none with 128 requests in the step).
+    with environment(VLLM_ALLOW_INSECURE_SERIALIZATION="1", DFLASH_NGRAM_DRAFTS="on",
+                     DFLASH_STATS_EVERY="0", DFLASH_COST_MODEL=(
+                         "verify_per_token=0.001,min_speedup=1.0,min_speedup_batched=1.0")), \
+            engine(target_path, drafter, num_speculative_tokens=K, **args) as llm:
+        llm.collective_rpc(force)
+        results["hybrid"] = sample(llm)
+        results["state"] = llm.collective_rpc(lookup_state())[0]
+        llm.collective_rpc(accept_every_draft)
+        results["wrong"] = sample(llm)
+    return results
+
+
+def test_lookup_drafts_keep_the_targets_distribution(samples):
+    from test_sampling_distribution import ALPHA, position_p_values
+
+    print(f"lookup state: {samples['state']}")
+    assert samples["state"]["lookup_drafts_verified"] >= N // 2
+    p_values = position_p_values(samples["hybrid"], samples["plain"])
+    print(f"lookup vs plain p-values per position 2..{SAMPLED_TOKENS}: {p_values}")
+    assert min(p_values) > ALPHA, p_values
+    # ... and the test can see a wrong acceptance rule on these drafts
+    wrong = position_p_values(samples["wrong"], samples["plain"])
+    print(f"accept-every-draft vs plain p-values: {wrong}")
+    assert min(wrong) < ALPHA, wrong
