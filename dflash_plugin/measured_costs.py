@@ -4,7 +4,8 @@ A table of step times (the target verifying L tokens for each of B requests, and
 for B requests) becomes the policy's linear `CostModel` in units of one plain single-request
 step. The fit minimises relative error, so small steps, where the policy's decisions at low
 load are made, weigh as much as large ones. The CUDA preset is this fit of a table measured on
-one GPU (`CUDA_TIMINGS_FILE`, made by tools/measure_cuda_step_costs.py).
+one GPU (`CUDA_TIMINGS_FILE`, made by tools/measure_cuda_step_costs.py); the vLLM plugin fits
+the steps it serves with the same `relative_fit` (dflash_plugin.step_clock).
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ class StepTimings:
         return self.verify_ms[(1, 1)]
 
 
-def _relative_fit(xs: list[float], ys: list[float]) -> tuple[float, float]:
+def relative_fit(xs: list[float], ys: list[float]) -> tuple[float, float]:
     """(a, b) >= 0 minimising sum(((a + b x) - y) / y)^2 (its 2x2 normal equations, in plain
     floats so that the same table always gives the same model)."""
     s00 = sum(1 / y ** 2 for y in ys)
@@ -67,8 +68,8 @@ def fit_cost_model(timings: StepTimings, base: CostModel | None = None) -> CostM
     tokens, verify = zip(*[(batch * length, ms / plain)
                            for (batch, length), ms in sorted(timings.verify_ms.items())])
     batches, draft = zip(*[(batch, ms / plain) for batch, ms in sorted(timings.draft_ms.items())])
-    verify_fixed, verify_per_token = _relative_fit(list(tokens), list(verify))
-    draft_fixed, draft_per_request = _relative_fit(list(batches), list(draft))
+    verify_fixed, verify_per_token = relative_fit(list(tokens), list(verify))
+    draft_fixed, draft_per_request = relative_fit(list(batches), list(draft))
     fitted = CostModel(verify_fixed=verify_fixed, verify_per_token=verify_per_token,
                        draft_fixed=draft_fixed, draft_per_request=draft_per_request)
     if base is None:

@@ -1,7 +1,10 @@
 """Load-aware drafting inside vLLM: turns the proposer's tensors into the inputs of
 `dflash_plugin.draft_policy` and its answer back into per-request draft lists.
 
-One `Drafting` object lives on each drafter built by this plugin (`DFlashVllmDrafter`).
+One `Drafting` object lives on each drafter built by this plugin (`DFlashVllmDrafter`). It also
+times the real steps around the propose hook (P1) for its `StepClock`, and every so many
+decoding steps gives the policy the costs fitted to them (the same on every tensor-parallel
+rank: rank 0's).
 
 Environment (read in the worker when the drafter is built; declared in dflash_plugin.switches):
 DFLASH_DRAFT_POLICY, DFLASH_COST_MODEL, DFLASH_DRAFT_VOCAB, DFLASH_DEFER_CONTEXT,
@@ -11,7 +14,8 @@ DFLASH_SAMPLER_SHORTCUT, DFLASH_STATS_EVERY (and DFLASH_NGRAM_DRAFTS, in vllm_ex
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -24,11 +28,13 @@ from dflash_plugin.draft_policy import (
     PolicyMode,
     cpu_compute,
     parse_cost_model,
+    parse_cost_overrides,
     vllm_cpu_costs,
     vllm_cpu_preset,
 )
 from dflash_plugin.measured_costs import cuda_costs
 from dflash_plugin.ngram import NgramDrafts, NgramMatch
+from dflash_plugin.step_clock import COST_TERMS, MeasuredCosts, StepClock
 from dflash_plugin.switches import SwitchError, read
 from vllm_ext.context_store import DeferredContext
 from vllm_ext.ngram_drafts import histories
@@ -57,6 +63,57 @@ def cost_model_from_env(is_cpu: bool, num_draft_layers: int | None = None,
         return parse_cost_model(read("DFLASH_COST_MODEL") or "", base)
     except ValueError as err:
         raise SwitchError(f"DFLASH_COST_MODEL: {err}") from None
+
+
+def cost_overrides_from_env() -> frozenset[str]:
+    """The cost fields DFLASH_COST_MODEL sets: measured costs keep the user's values there."""
+    try:
+        return frozenset(parse_cost_overrides(read("DFLASH_COST_MODEL") or ""))
+    except ValueError as err:
+        raise SwitchError(f"DFLASH_COST_MODEL: {err}") from None
+
+
+def step_clock_for(policy: DraftPolicy, num_speculative_tokens: int) -> StepClock | None:
+    """The clock that measures this drafter's step costs, starting from the policy's preset
+    (None where the policy reads no costs: modes full and off)."""
+    if policy.mode is not PolicyMode.ADAPTIVE:
+        return None
+    return StepClock(policy.costs, num_speculative_tokens + 1, pinned=cost_overrides_from_env())
+
+
+def agree_across_ranks(measured: MeasuredCosts, group=None) -> MeasuredCosts:
+    """Rank 0's measured costs on every rank of the tensor-parallel `group` (default: vLLM's),
+    so that all ranks make the same draft decisions. Every rank must call it at the same step;
+    a single rank (or no group) keeps its own."""
+    if group is None:
+        group = _tensor_parallel_group()
+    if group is None or group.world_size <= 1:
+        return measured
+    return group.broadcast_object(measured, src=0)
+
+
+def _tensor_parallel_group():
+    try:
+        from vllm.distributed.parallel_state import get_tp_group
+
+        return get_tp_group()
+    except (ImportError, AssertionError):  # no vLLM, or no group set up (tests)
+        return None
+
+
+def _settle(tensor: torch.Tensor | None):
+    """Wait for the device's queued work (a GPU runs asynchronously; a CPU's is already done),
+    so a time stamp taken next covers it."""
+    if tensor is not None and tensor.device.type == "cuda":
+        torch.cuda.synchronize(tensor.device)
+
+
+def _moved(before: MeasuredCosts, after: MeasuredCosts, rel: float = 0.1) -> bool:
+    """Whether a line's source changed or a cost term moved by more than `rel` (relative)."""
+    if (before.verify, before.draft) != (after.verify, after.draft):
+        return True
+    return any(abs(getattr(after.costs, name) - getattr(before.costs, name))
+               > rel * max(getattr(before.costs, name), 1e-3) for name in COST_TERMS)
 
 
 def costs_in_software_bf16(is_cpu: bool, dtype: torch.dtype) -> bool:
@@ -108,10 +165,20 @@ class Drafting:
     """Per-drafter state between steps: the policy, the confidences of the last draft pass, and
     the drafts handed to the scheduler (to learn from their verification next step)."""
 
+    now: Callable[[], float] = staticmethod(time.perf_counter)  # seconds (tests replace it)
+
     def __init__(self, policy: DraftPolicy, stats_every: int = 0,
                  deferred_context: DeferredContext | None = None,
-                 ngram: NgramDrafts | None = None):
+                 ngram: NgramDrafts | None = None, clock: StepClock | None = None):
         self.policy = policy
+        # Real step times -> the policy's costs (None: the preset stays). `_left`: when the
+        # last propose call returned; `_step`: this step's (batch, longest query, device
+        # tensor) while its propose call runs.
+        self.clock = clock
+        self._left: float | None = None
+        self._step: tuple[int, int, torch.Tensor | None] | None = None
+        self.measured: MeasuredCosts | None = None  # the last refit's (the policy's costs)
+        self._logged: MeasuredCosts | None = None  # the measured costs last logged at INFO
         # Prompt-lookup drafts (DFLASH_NGRAM_DRAFTS; None: off) and this step's token sources,
         # recorded by P6 just before the propose hook reads them (vllm_ext.ngram_drafts).
         self.ngram = ngram
@@ -126,6 +193,52 @@ class Drafting:
         # Rows move between steps; the verified tokens themselves identify the request.
         self._pending: dict[tuple[int, ...], torch.Tensor | LookupDraft | None] = {}
         self._collecting = False  # inside the hooked draft pass
+
+    @contextmanager
+    def timing_step(self, cad, device_tensor: torch.Tensor | None = None):
+        """Around P1's propose call: the time since the last call returned is the target step
+        whose tokens this call receives (`cad`, vLLM's CommonAttentionMetadata); its
+        `device_tensor` (the target's output) shows which device's work to wait for."""
+        if self.clock is None:
+            yield
+            return
+        _settle(device_tensor)
+        entered = self.now()
+        batch = cad.batch_size()
+        starts = cad.query_start_loc_cpu[:batch + 1]
+        max_query = int((starts[1:] - starts[:-1]).max()) if batch else 0
+        self._step = (batch, max_query, device_tensor)
+        if self._left is not None and self.clock.target_step(
+                int(cad.num_actual_tokens), batch, max_query, (entered - self._left) * 1e3):
+            self._refit()
+        try:
+            yield
+        finally:
+            self._step = None
+            self._left = self.now()
+
+    @contextmanager
+    def timing_draft_pass(self):
+        """Around the draft pass (vLLM's original propose) inside `timing_step`."""
+        if self.clock is None or self._step is None:
+            yield
+            return
+        batch, max_query, device_tensor = self._step
+        started = self.now()
+        yield
+        _settle(device_tensor)
+        self.clock.draft_pass(batch, max_query, (self.now() - started) * 1e3)
+
+    def _refit(self):
+        measured = self.measured = agree_across_ranks(self.clock.fit())
+        self.policy.set_costs(measured.costs)
+        # One INFO line for the first refit and whenever the costs moved; the rest at DEBUG.
+        moved = self._logged is None or _moved(self._logged, measured)
+        logger.log(logging.INFO if moved else logging.DEBUG,
+                   "dflash plugin: step costs measured over %d decoding steps: %s",
+                   measured.steps, measured.summary())
+        if moved:
+            self._logged = measured
 
     @property
     def wants_confidence(self) -> bool:

@@ -44,6 +44,7 @@ from vllm_ext.drafting import (
     policy_mode_from_env,
     sampler_shortcut_from_env,
     stats_every_from_env,
+    step_clock_for,
 )
 from vllm_ext.load_aware import start as start_load_aware
 from vllm_ext.ngram_drafts import start as start_ngram_drafts
@@ -141,14 +142,18 @@ class DFlashVllmDrafter(DFlashQwen3ForCausalLM):
                                       sampler_shortcut=sampler_shortcut_from_env(),
                                       stats_every=stats_every_from_env())
         self.dflash_drafting = (Drafting(policy, stats_every_from_env(), deferred,
-                                         ngram=start_ngram_drafts(policy))
+                                         ngram=start_ngram_drafts(policy),
+                                         clock=step_clock_for(policy, spec.num_speculative_tokens))
                                 if load_aware.v1_hooks else None)
         self.dflash_draft_ids = None  # sorted target ids (CPU) the draft head is restricted to
         self._draft_head: DraftHead | None = None
         if draft_vocab_from_env() and self._plain_logits():
             self.dflash_draft_ids = read_draft_vocab(spec.draft_model_config.model,
                                                      vllm_config.model_config.get_vocab_size())
-        v1_details = (f"costs {policy.costs}, context writes "
+        clock = self.dflash_drafting.clock if self.dflash_drafting is not None else None
+        measured = (f" (the preset, refitted to measured steps every {clock.refit_every} "
+                    f"decoding steps)" if clock is not None else "")
+        v1_details = (f"costs {policy.costs}{measured}, context writes "
                       f"{'deferred while not drafting' if deferred else 'every step'}, "
                       f"n-gram drafts {'on' if self.dflash_drafting.ngram else 'off'}, "
                       if self.dflash_drafting is not None else "")

@@ -27,6 +27,10 @@ draft pass (vllm_ext.context_store), which reads the proposer's context position
 (skipped, with a log line, if the proposer has no such attribute or the config verifies adaptively
 from logits).
 
+Around every call it also times the step for the policy's measured costs: the interval since
+the previous call returned is the target step, the time in the original propose the draft pass
+(`Drafting.timing_step` / `timing_draft_pass`, dflash_plugin.step_clock).
+
 It can go when vLLM lets a DFlash proposer return per-request draft lengths (for example by
 extending `enable_adaptive_verification`, today DSpark-only, to DFlash).
 """
@@ -92,33 +96,41 @@ def _load_aware_propose(original):
         if drafting is None or self.vllm_config.scheduler_config.async_scheduling:
             return original(self, *args)
         cad = common_attn_metadata
-        batch = cad.batch_size()
-        drafting.learn(target_token_ids[:cad.num_actual_tokens], cad.query_start_loc_cpu,
-                       num_rejected_tokens_gpu)
-        no_drafts = plain_rows(sampling_metadata)  # min_p / logit_bias requests (P5)
-        matches = drafting.lookup(batch, num_speculative_tokens, no_drafts)  # P6's histories
-        draft_pass = (num_speculative_tokens > 0 and len(no_drafts) < batch
-                      and drafting.policy.should_draft(batch))
-        lookup_only = drafting.lookup_only(matches, num_speculative_tokens, draft_pass)
-        if not draft_pass or lookup_only is not None:
-            drafting.skipped()
-            self.num_speculative_tokens = num_speculative_tokens  # as the original does first
-            self._last_draft_probs = None  # A2
-            _store_context_only(self, drafting, target_token_ids, target_positions,
-                                target_hidden_states, next_token_ids, cad,
-                                num_rejected_tokens_gpu)
-            return drafting.lookup_drafts(batch, matches, lookup_only, next_token_ids)
-        if drafting.deferred_context is not None:
-            drafting.flush_context(self.model)  # the draft pass reads that context
-        _prefer_drafter_top_tokens(self)
-        with drafting.collecting_confidence():
-            drafts = original(self, *args)
-        # Lookup drafts are verified as deterministic: not where this pass left draft
-        # distributions for the rejection sampler (probabilistic draft sampling, A2).
-        lookup = matches if self._last_draft_probs is None else None
-        return drafting.select(drafts, next_token_ids, no_drafts, lookup)
+        with drafting.timing_step(cad, target_hidden_states):  # the step clock's samples
+            return _propose_with_policy(original, self, drafting, args)
 
     return propose
+
+
+def _propose_with_policy(original, proposer, drafting, args):
+    """P1's body: the draft lengths the policy chooses for this step (see the module's doc)."""
+    (num_speculative_tokens, target_token_ids, target_positions, target_hidden_states,
+     next_token_ids, _, cad, sampling_metadata, _, num_rejected_tokens_gpu, _) = args
+    batch = cad.batch_size()
+    drafting.learn(target_token_ids[:cad.num_actual_tokens], cad.query_start_loc_cpu,
+                   num_rejected_tokens_gpu)
+    no_drafts = plain_rows(sampling_metadata)  # min_p / logit_bias requests (P5)
+    matches = drafting.lookup(batch, num_speculative_tokens, no_drafts)  # P6's histories
+    draft_pass = (num_speculative_tokens > 0 and len(no_drafts) < batch
+                  and drafting.policy.should_draft(batch))
+    lookup_only = drafting.lookup_only(matches, num_speculative_tokens, draft_pass)
+    if not draft_pass or lookup_only is not None:
+        drafting.skipped()
+        proposer.num_speculative_tokens = num_speculative_tokens  # as the original does first
+        proposer._last_draft_probs = None  # A2
+        _store_context_only(proposer, drafting, target_token_ids, target_positions,
+                            target_hidden_states, next_token_ids, cad,
+                            num_rejected_tokens_gpu)
+        return drafting.lookup_drafts(batch, matches, lookup_only, next_token_ids)
+    if drafting.deferred_context is not None:
+        drafting.flush_context(proposer.model)  # the draft pass reads that context
+    _prefer_drafter_top_tokens(proposer)
+    with drafting.collecting_confidence(), drafting.timing_draft_pass():
+        drafts = original(proposer, *args)
+    # Lookup drafts are verified as deterministic: not where this pass left draft
+    # distributions for the rejection sampler (probabilistic draft sampling, A2).
+    lookup = matches if proposer._last_draft_probs is None else None
+    return drafting.select(drafts, next_token_ids, no_drafts, lookup)
 
 
 def _prefer_drafter_top_tokens(proposer):
