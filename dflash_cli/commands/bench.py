@@ -48,7 +48,7 @@ SPEC_ALGORITHM = {"none": "NONE", "ngram": "NGRAM", "dflash-native": "DFLASH", "
 # "dflash-native[draft=PATH;draft_tokens=N]": vLLM's DFlash with another drafter or block.
 _VARIANT = re.compile(r"(?P<base>[\w-]+)(?:\[(?P<settings>[^\]]*)\])?")
 # Settings of the server process, which every row may take (e.g. 'none[DFLASH_CPU_PRELOAD=off]')
-SERVER_SETTINGS = frozenset({"DFLASH_CPU_PRELOAD"})
+SERVER_SETTINGS = frozenset({"DFLASH_CPU_PRELOAD", "DFLASH_CPU_CORES"})
 _SETTING = re.compile(r"(DFLASH_[A-Z0-9_]+|draft_tokens|draft)=(.*)")
 
 
