@@ -139,8 +139,8 @@ def add_arguments(p):
                         "the levels whose TPOT is at most this times plain decoding's ('none') "
                         "TPOT at concurrency 1 (default 1.5)")
     p.add_argument("--num-prompts", type=int, default=None,
-                   help="requests per concurrency level (default: all prompts, at least the "
-                        "concurrency; prompts repeat when needed)")
+                   help="requests per concurrency level, at least the concurrency (default: all "
+                        "prompts; fewer are spread evenly over the file, more repeat it)")
     p.add_argument("--repeats", type=int, default=1,
                    help="runs per concurrency level against the same server, pooled into one row "
                         "(total tokens over total time; each run's tokens/s is kept too): on a "
@@ -242,6 +242,10 @@ def summaries(rows: list[dict], args, about: dict) -> dict:
 
 
 def _prompts_for(prompts: list[str], count: int) -> list[str]:
+    """`count` requests: fewer than the file holds are spread evenly over it (the evaluation
+    sets are ordered by category); more repeat it."""
+    if count < len(prompts):
+        return [prompts[i * len(prompts) // count] for i in range(count)]
     return [prompts[i % len(prompts)] for i in range(count)]
 
 
@@ -378,7 +382,7 @@ class _Sample:
 
 
 def _measure(base_url, model, prompts, concurrency, args, repeats) -> _Sample:
-    count = args.num_prompts or max(len(prompts), concurrency)
+    count = max(args.num_prompts or len(prompts), concurrency)  # a level's requests all in flight
     before = bench.scrape_counters(base_url)
     results, walls = [], []
     for _ in range(repeats):

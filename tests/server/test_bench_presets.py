@@ -96,3 +96,16 @@ def test_prompt_presets_fail_clearly(tmp_path):
         with pytest.raises(DFlashError, match="--tpot-bound"):
             bench_command._check(bench_args("--tpot-bound", bound))
     assert math.isclose(bench_args().tpot_bound, 1.5)
+
+
+def test_fewer_requests_than_prompts_spread_over_the_categories():
+    ood = bench.read_prompts(bench.prompt_set_path("ood"))
+    categories = {r["text"]: r["category"] for r in map(json.loads, open(
+        bench.prompt_set_path("ood")))}
+    picked = bench_command._prompts_for(ood, 32)
+    assert len(set(picked)) == 32
+    counts = {}
+    for prompt in picked:
+        counts[categories[prompt]] = counts.get(categories[prompt], 0) + 1
+    assert sorted(counts.values()) == [4] * 8
+    assert bench_command._prompts_for(["a", "b"], 5) == ["a", "b", "a", "b", "a"]
