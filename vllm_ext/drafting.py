@@ -17,7 +17,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -27,7 +27,6 @@ from dflash_plugin.draft_policy import (
     DraftPolicy,
     PolicyMode,
     cpu_compute,
-    parse_cost_model,
     parse_cost_overrides,
     vllm_cpu_costs,
     vllm_cpu_preset,
@@ -59,16 +58,17 @@ def cost_model_from_env(is_cpu: bool, num_draft_layers: int | None = None,
         base = vllm_cpu_costs(num_draft_layers)
     else:
         base = vllm_cpu_preset(num_draft_layers, draft_positions, dtype, native_bf16())
-    try:
-        return parse_cost_model(read("DFLASH_COST_MODEL") or "", base)
-    except ValueError as err:
-        raise SwitchError(f"DFLASH_COST_MODEL: {err}") from None
+    return replace(base, **_cost_overrides())
 
 
 def cost_overrides_from_env() -> frozenset[str]:
     """The cost fields DFLASH_COST_MODEL sets: measured costs keep the user's values there."""
+    return frozenset(_cost_overrides())
+
+
+def _cost_overrides() -> dict[str, float]:
     try:
-        return frozenset(parse_cost_overrides(read("DFLASH_COST_MODEL") or ""))
+        return parse_cost_overrides(read("DFLASH_COST_MODEL") or "")
     except ValueError as err:
         raise SwitchError(f"DFLASH_COST_MODEL: {err}") from None
 
