@@ -435,6 +435,11 @@ def test_responses_ask_the_followup_on_the_targets_own_answer(tmp_path):
     second = rows["p1" + FOLLOWUP_SUFFIX]
     assert second["turn"] == 2 and second["prompt"] == "Why?" and second["response_ids"]
     tok = AutoTokenizer.from_pretrained(str(target))
+    # every record says how its answer ended: at EOS, else at the 6-token cap
+    for row in rows.values():
+        ids = row["response_ids"]
+        assert row["end"] == ("eos" if ids[-1] == tok.eos_token_id else "cap"), row
+        assert row["end"] == "eos" or len(ids) == 6
     first_answer = tok.decode(rows["p1"]["response_ids"], skip_special_tokens=True)
     assert second["prompt_ids"] == encode_chat(tok, [
         {"role": "user", "content": "What is 2 + 2?"},

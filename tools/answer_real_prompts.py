@@ -1,6 +1,7 @@
 """Have the target answer a prompt set to the end: its chat template, greedy, to EOS with a cap
-of 1,024 new tokens, batched through vLLM; a prompt's follow-up is asked on the target's own
-first answer (a second turn, stored as ID/followup).
+of 1,024 new tokens, batched through vLLM; an answer that goes round in a loop stops after two
+cycles (`dflash_plugin/train/repeats.py`). A prompt's follow-up is asked on the target's own first
+answer (a second turn, stored as ID/followup).
 
     .venv/bin/python tools/answer_real_prompts.py \\
         --output train_data/smollm2-135m-real/responses.jsonl.gz
@@ -25,6 +26,7 @@ from pathlib import Path
 from dflash_plugin.prompt_io import stop_token_ids
 from dflash_plugin.target import resolve_target
 from dflash_plugin.train import prompts as prompt_set
+from dflash_plugin.train.repeats import trim_loop
 from dflash_plugin.train.responses import generate_responses
 
 DATA = Path(__file__).resolve().parent.parent / "train_data" / "smollm2-135m-real"
@@ -34,10 +36,17 @@ def summarise(rows: list[dict], max_tokens: int, eos_ids: set[int]) -> dict:
     lengths = [len(r["response_ids"]) for r in rows]
     capped = sum(1 for r in rows if len(r["response_ids"]) >= max_tokens
                  and (not r["response_ids"] or r["response_ids"][-1] not in eos_ids))
+    # Answers saved before answering stopped at loops ran on to the cap: trimmed as training
+    # reads them (repeats.trim_loop), they count what a drafter learns from.
+    learnt = [len(trim_loop(r["response_ids"])) for r in rows]
     return {"records": len(rows), "second_turns": sum(r.get("turn") == 2 for r in rows),
-            "answer_tokens": sum(lengths), "prompt_tokens": sum(len(r["prompt_ids"]) for r in rows),
+            "answer_tokens": sum(lengths), "answer_tokens_before_loops": sum(learnt),
+            "prompt_tokens": sum(len(r["prompt_ids"]) for r in rows),
             "mean_answer_tokens": round(sum(lengths) / max(1, len(lengths)), 1),
-            "answers_at_cap": capped, "max_tokens": max_tokens}
+            "answers_at_cap": capped,
+            "answers_looping": sum(a < n for a, n in zip(learnt, lengths))
+            + sum(r.get("end") == "loop" for r in rows),
+            "max_tokens": max_tokens}
 
 
 def main():

@@ -22,6 +22,7 @@ import torch
 from tqdm import tqdm
 
 from dflash_plugin.features import FeatureCapture
+from dflash_plugin.train.repeats import trim_loop
 
 META, INDEX, ROWS = "meta.json", "index.jsonl", "features.bin"
 
@@ -58,8 +59,10 @@ def target_features(target, capture: FeatureCapture, ids: list[int]) -> torch.Te
 
 
 def _trainable(record: dict, max_len: int) -> list[int] | None:
-    """Prompt + response ids cut to max_len, or None when no response token is left to learn."""
-    ids = (record["prompt_ids"] + record["response_ids"])[:max_len]
+    """Prompt + response ids cut to max_len, the response cut where it starts going round in a
+    loop (answers saved before answering stopped at loops run on to the cap), or None when no
+    response token is left to learn."""
+    ids = (record["prompt_ids"] + trim_loop(record["response_ids"]))[:max_len]
     return ids if len(ids) > len(record["prompt_ids"]) + 1 else None
 
 

@@ -5,6 +5,10 @@ Batched through vLLM's offline engine when it is installed (CPU build: hundreds 
 else through Hugging Face generation. Resumable: finished prompt ids are skipped on re-run.
 A prompt with a `followup` gets a second turn: the follow-up is asked on the target's own
 first answer, and that answer is stored as its own record (id PROMPT_ID/followup).
+
+Each record says how its answer ended (`end`): at EOS, at the token cap, or where it started
+going round in a loop (`repeats.loop_end`). vLLM answers in segments of tokens and stops an
+answer once it loops; most of the tokens a small target writes at T=0 are such loops.
 """
 
 from __future__ import annotations
@@ -18,8 +22,47 @@ from tqdm import tqdm
 from dflash_plugin.cpu_features import default_cpu_dtype
 from dflash_plugin.prompt_io import encode_chat, encode_user_turn
 from dflash_plugin.train.prompts import Prompt
+from dflash_plugin.train.repeats import loop_end
 
 FOLLOWUP_SUFFIX = "/followup"
+SEGMENT = 128  # new tokens per request before the loop check; a larger one wastes more on loops
+
+
+def settle(ids: list[int], at_eos: bool, cap: int) -> tuple[list[int], str] | None:
+    """(answer, how it ended) once it is over (a loop found, EOS, or the cap), else None."""
+    end = loop_end(ids)
+    if end is not None:
+        return ids[:end], "loop"
+    if at_eos:
+        return ids, "eos"
+    if len(ids) >= cap:
+        return ids[:cap], "cap"
+    return None
+
+
+def answer_in_segments(step, prompt_ids: list[list[int]], cap: int,
+                       segment: int = SEGMENT) -> list[tuple[list[int], str]]:
+    """Answer every prompt, `segment` new tokens per round, continuing the unfinished ones on
+    prompt + answer so far, until each loops, ends at EOS or reaches `cap` tokens.
+
+    `step(requests)` takes [(ids, max_new_tokens)] and returns [(new token ids, ended at EOS)].
+    Greedy continuation of a prefix is the answer an uninterrupted run writes; the engine's
+    prefix cache keeps the re-read prefix from being recomputed.
+    """
+    answers: list[list[int]] = [[] for _ in prompt_ids]
+    done: list[tuple[list[int], str] | None] = [None] * len(prompt_ids)
+    todo = list(range(len(prompt_ids)))
+    while todo:
+        replies = step([(prompt_ids[i] + answers[i], min(segment, cap - len(answers[i])))
+                        for i in todo])
+        still = []
+        for i, (new, at_eos) in zip(todo, replies):
+            answers[i] += new
+            done[i] = settle(answers[i], at_eos, cap)
+            if done[i] is None:
+                still.append(i)
+        todo = still
+    return done
 
 
 def _done_ids(path: Path) -> set[str]:
@@ -31,7 +74,8 @@ def _done_ids(path: Path) -> set[str]:
 
 def _vllm_engine(target_path: str, max_tokens: int, temperature: float, seed: int,
                  dtype: str | None = None, max_model_len: int = 4096):
-    """A function prompt ids -> response ids backed by one vLLM offline engine."""
+    """A function prompt ids -> [(answer ids, how it ended)] backed by one vLLM offline
+    engine, answering in segments (answer_in_segments)."""
     # Both cores for one batch job (vLLM's CPU default reserves one core for the front end).
     os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", f"0-{(os.cpu_count() or 1) - 1}")
     os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
@@ -39,14 +83,19 @@ def _vllm_engine(target_path: str, max_tokens: int, temperature: float, seed: in
 
     llm = LLM(model=target_path, dtype=dtype or default_cpu_dtype() or "bfloat16",
               max_model_len=max_model_len, gpu_memory_utilization=0.5, seed=seed)
-    # Token ids are all we keep: skipping detokenization frees the front-end process's CPU.
-    params = SamplingParams(temperature=temperature, max_tokens=max_tokens, seed=seed,
-                            detokenize=False)
 
-    def run(prompt_ids: list[list[int]]) -> list[list[int]]:
-        outputs = llm.generate([TokensPrompt(prompt_token_ids=ids) for ids in prompt_ids], params,
-                               use_tqdm=False)
-        return [list(o.outputs[0].token_ids) for o in outputs]
+    def step(requests: list[tuple[list[int], int]]) -> list[tuple[list[int], bool]]:
+        # Token ids are all we keep: skipping detokenization frees the front-end process's CPU.
+        # A seed per position, so a continued answer does not replay its first segment's draws.
+        params = [SamplingParams(temperature=temperature, max_tokens=n, seed=seed + len(ids),
+                                 detokenize=False) for ids, n in requests]
+        outputs = llm.generate([TokensPrompt(prompt_token_ids=ids) for ids, _ in requests],
+                               params, use_tqdm=False)
+        return [(list(o.outputs[0].token_ids), o.outputs[0].finish_reason == "stop")
+                for o in outputs]
+
+    def run(prompt_ids: list[list[int]]) -> list[tuple[list[int], str]]:
+        return answer_in_segments(step, prompt_ids, max_tokens)
     return run
 
 
@@ -62,10 +111,15 @@ def _hf_engine(target_path: str, max_tokens: int, temperature: float, seed: int,
     model, tokenizer = load_target(target_path)
     stops = {tokenizer.eos_token_id}
 
-    def run(prompt_ids: list[list[int]]) -> list[list[int]]:
-        return [generate_plain(model, torch.tensor([ids]), max_tokens, SamplingParams(temperature),
-                               seed=seed + i, stop_token_ids=stops).token_ids
-                for i, ids in enumerate(prompt_ids)]
+    def run(prompt_ids: list[list[int]]) -> list[tuple[list[int], str]]:
+        answers = []
+        for i, ids in enumerate(prompt_ids):
+            out = generate_plain(model, torch.tensor([ids]), max_tokens,
+                                 SamplingParams(temperature), seed=seed + i, stop_token_ids=stops)
+            answers.append(settle(out.token_ids, bool(out.token_ids)
+                                  and out.token_ids[-1] in stops, max_tokens)
+                           or (out.token_ids, "cap"))
+        return answers
     return run
 
 
@@ -73,8 +127,8 @@ def generate_responses(target_path: str | Path, prompts: list[Prompt], out_path:
                        *, max_tokens: int = 1024, temperature: float = 0.0, seed: int = 0,
                        engine: str = "vllm", chunk: int = 512, dtype: str | None = None,
                        max_model_len: int = 4096) -> dict:
-    """Append {id, category, prompt, prompt_ids, response_ids} lines to out_path (plus source,
-    task and turn when known); returns counts of this call's work."""
+    """Append {id, category, prompt, prompt_ids, response_ids, end} lines to out_path (plus
+    source, task and turn when known); returns counts of this call's work."""
     from transformers import AutoTokenizer
 
     out_path = Path(out_path)
@@ -95,10 +149,10 @@ def generate_responses(target_path: str | Path, prompts: list[Prompt], out_path:
         fits = [(p, ids) for p, ids in encoded if len(ids) + max_tokens <= max_model_len]
         stats["skipped_too_long"] += len(encoded) - len(fits)
         responses = run([ids for _, ids in fits]) if fits else []
-        rows = [_row(p, p.id, p.text, ids, response, 1)
-                for (p, ids), response in zip(fits, responses)]
+        rows = [_row(p, p.id, p.text, ids, response, 1, end)
+                for (p, ids), (response, end) in zip(fits, responses)]
         second = []
-        for (p, ids), response in zip(fits, responses):
+        for (p, ids), (response, _) in zip(fits, responses):
             if not p.followup:
                 continue
             messages = [{"role": "user", "content": p.text},
@@ -111,8 +165,8 @@ def generate_responses(target_path: str | Path, prompts: list[Prompt], out_path:
             else:
                 stats["followups_too_long"] += 1
         if second:
-            for (p, conv), response in zip(second, run([c for _, c in second])):
-                rows.append(_row(p, p.id + FOLLOWUP_SUFFIX, p.followup, conv, response, 2))
+            for (p, conv), (response, end) in zip(second, run([c for _, c in second])):
+                rows.append(_row(p, p.id + FOLLOWUP_SUFFIX, p.followup, conv, response, 2, end))
         stats["prompts"] += len(fits)
         stats["followups"] += len(second)
         stats["response_tokens"] += sum(len(r["response_ids"]) for r in rows)
@@ -123,9 +177,9 @@ def generate_responses(target_path: str | Path, prompts: list[Prompt], out_path:
 
 
 def _row(p: Prompt, row_id: str, text: str, prompt_ids: list[int], response: list[int],
-         turn: int) -> dict:
+         turn: int, end: str) -> dict:
     row = {"id": row_id, "category": p.category, "prompt": text, "prompt_ids": prompt_ids,
-           "response_ids": response}
+           "response_ids": response, "end": end}
     if p.source:
         row.update(source=p.source, task=p.task, turn=turn)
     return row
