@@ -484,3 +484,17 @@ def test_cli_templates_generator_still_works(tmp_path):
                      "--prompt-generator", "templates", "--per-category", "4",
                      "--eval-per-category", "1"]) == 0
     assert len(read_jsonl(tmp_path / "prompts_eval.jsonl")) == 9
+
+
+def test_eval_files_read_as_prompts_and_a_bad_row_is_a_clear_error(tmp_path):
+    from dflash_plugin.errors import DFlashError
+
+    ood = read_jsonl(EVAL_DIR / "ood_user_prompts.jsonl")
+    rows = _rows(EVAL_DIR / "ood_user_prompts.jsonl")
+    assert [(p.id, p.category, p.text) for p in ood] == [
+        (r["id"], r["category"], r["text"]) for r in rows]
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"id": "a", "category": "x", "prompt": "hi"}) + "\n"
+                   + json.dumps({"id": "b", "category": "x"}) + "\n")
+    with pytest.raises(DFlashError, match="line 2"):
+        read_jsonl(bad)

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 
+from dflash_plugin.errors import DFlashError
+
 CATEGORIES: tuple[str, ...] = (
     "chat",
     "writing",
@@ -906,14 +908,19 @@ def write_jsonl(path: str | os.PathLike[str], prompts: Iterable[Prompt]) -> None
 
 
 def read_jsonl(path: str | os.PathLike[str]) -> list[Prompt]:
-    """Read prompts written by `write_jsonl`, gzipped or not (blank lines are ignored)."""
+    """Read prompts written by `write_jsonl`, gzipped or not (blank lines are ignored); the
+    evaluation files' `text` field stands for `prompt`."""
     prompts = []
     opener = gzip.open if str(path).endswith(".gz") else open
     with opener(path, "rt", encoding="utf-8") as f:
-        for line in f:
+        for number, line in enumerate(f, 1):
             if line.strip():
                 row = json.loads(line)
-                prompts.append(Prompt(id=row["id"], category=row["category"], text=row["prompt"],
+                text = row.get("prompt", row.get("text"))
+                if text is None or "id" not in row or "category" not in row:
+                    raise DFlashError(f"{path} line {number}: a prompt needs id, category and "
+                                     "prompt (or text)")
+                prompts.append(Prompt(id=row["id"], category=row["category"], text=text,
                                       source=row.get("source", ""), task=row.get("task", ""),
                                       followup=row.get("followup")))
     return prompts
