@@ -498,3 +498,18 @@ def test_eval_files_read_as_prompts_and_a_bad_row_is_a_clear_error(tmp_path):
                    + json.dumps({"id": "b", "category": "x"}) + "\n")
     with pytest.raises(DFlashError, match="line 2"):
         read_jsonl(bad)
+
+
+def test_committed_data_card_is_what_the_builder_writes():
+    """The card is generated (tools/build_real_prompts.py --card-only): a hand edit of the
+    README would be lost at the next rebuild, so it belongs in ANSWERS.md or the builder."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "build_real_prompts", REAL.parent.parent / "tools" / "build_real_prompts.py")
+    builder = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(builder)
+    report = json.loads((REAL / "prompts_report.json").read_text())
+    card = (REAL / "README.md").read_text()
+    assert builder.render_card(report, REAL) == card
+    assert (REAL / "ANSWERS.md").read_text().strip() in card

@@ -133,21 +133,26 @@ def render_card(r: dict, out_dir: Path) -> str:
 
 
 def answers_section(out_dir: Path) -> str:
-    """From responses.summary.json (the full run) and answer_check.json (a small check run),
-    whichever exist."""
-    text = ["Answers come from `tools/answer_real_prompts.py`: the target's chat template, "
-            "greedy, to EOS with a cap of 1,024 new tokens, each follow-up asked on the "
-            "target's own first answer; saved chunk by chunk and resumable."]
+    """ANSWERS.md (the answer run's state, kept as it goes) or else a default line, then
+    responses.summary.json (the full run) and answer_check.json (a small check run), whichever
+    exist."""
+    notes = out_dir / "ANSWERS.md"
+    if notes.is_file():
+        text = [notes.read_text().strip()]
+    else:
+        text = ["Answers come from `tools/answer_real_prompts.py`: the target's chat template, "
+                "greedy, to EOS with a cap of 1,024 new tokens, each follow-up asked on the "
+                "target's own first answer; saved chunk by chunk and resumable."]
     full = out_dir / "responses.summary.json"
     if full.is_file():
         s = json.loads(full.read_text())
         text.append(f"\nFull run: {s['records']:,} answers ({s['second_turns']:,} second "
                     f"turns), {s['answer_tokens']:,} answer tokens, mean "
                     f"{s['mean_answer_tokens']}, {s['answers_at_cap']:,} stopped at the cap.")
-    else:
+    elif not notes.is_file():
         text.append("\nThe full run has not been made yet.")
     check = out_dir / "answer_check.json"
-    if check.is_file():
+    if check.is_file() and not notes.is_file():
         c = json.loads(check.read_text())
         text.append(
             f"\nCheck run ({c['what']}; {c['engine']}; {c['machine']}): {c['prompts']} prompts "
