@@ -49,7 +49,10 @@ def install_zero_draft_sampling() -> bool:
             if not verifies_nothing(self, metadata, sampling_metadata):
                 return original(self, metadata, draft_probs, logits, sampling_metadata)
             ShortCutCounter.steps += 1
-            bonus = self.sampler(logits=logits[metadata.bonus_logits_indices],
+            rows = metadata.bonus_logits_indices
+            # Without drafts each request has one logits row, in order: the plain sampler reads
+            # them in place, as plain decoding does, instead of a copy (B x vocab per step).
+            bonus = self.sampler(logits=logits if rows.numel() == logits.shape[0] else logits[rows],
                                  sampling_metadata=sampling_metadata, predict_bonus_token=True)
             return SamplerOutput(sampled_token_ids=bonus.sampled_token_ids,
                                  logprobs_tensors=None)

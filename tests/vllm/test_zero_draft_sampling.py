@@ -51,9 +51,18 @@ def samplers():
 
 
 def metadata_for(drafts: list[list[int]]):
+    """A step's metadata with the logits rows a real step has: each request's draft rows, then
+    its bonus row (make_dummy, meant for warm-up runs, leaves every index at row 0)."""
     from vllm.v1.spec_decode.metadata import SpecDecodeMetadata
 
-    return SpecDecodeMetadata.make_dummy(drafts, device=torch.device("cpu"))
+    meta = SpecDecodeMetadata.make_dummy(drafts, device=torch.device("cpu"))
+    ends = meta.cu_num_sampled_tokens.long()
+    starts = ends - torch.tensor([len(d) + 1 for d in drafts])
+    meta.bonus_logits_indices = (ends - 1).to(torch.int32)
+    meta.target_logits_indices = torch.cat(
+        [torch.arange(int(a), int(b) - 1) for a, b in zip(starts, ends)]).to(torch.int32)
+    meta.logits_indices = torch.arange(int(ends[-1]), dtype=torch.int32)
+    return meta
 
 
 def run_both(samplers, drafts, make_metadata):
@@ -104,6 +113,23 @@ def test_other_steps_take_the_original(samplers, case):
     assert torch.equal(ours.sampled_token_ids, theirs.sampled_token_ids)
     if case == "drafts":
         assert ours.sampled_token_ids.shape == (3, 3)
+
+
+def test_short_cut_samples_the_logits_in_place_like_plain_decoding(samplers, monkeypatch):
+    """No B x vocab copy per step: the plain sampler gets the runner's logits tensor itself."""
+    patched, _, sampler = samplers
+    seen = []
+    plain_forward = sampler.sampler.forward
+
+    def spy(logits, sampling_metadata, *args, **kwargs):
+        seen.append(logits)
+        return plain_forward(logits, sampling_metadata, *args, **kwargs)
+
+    monkeypatch.setattr(sampler.sampler, "forward", spy)
+    logits = torch.randn(3, VOCAB)
+    out = patched(sampler, metadata_for([[], [], []]), None, logits, sampling_metadata(3, None))
+    assert seen and seen[0] is logits
+    assert torch.equal(out.sampled_token_ids[:, 0].long(), logits.argmax(dim=-1))
 
 
 def test_guard_names_a_changed_signature():
