@@ -46,7 +46,7 @@ def answer_in_segments(step, prompt_ids: list[list[int]], cap: int,
     prompt + answer so far, until each loops, ends at EOS or reaches `cap` tokens.
 
     `step(requests)` takes [(ids, max_new_tokens)] and returns [(new token ids, ended at EOS)].
-    Greedy continuation of a prefix is the answer an uninterrupted run writes; the engine's
+    At T=0 the continuation of a prefix is the answer an uninterrupted run writes; the engine's
     prefix cache keeps the re-read prefix from being recomputed.
     """
     answers: list[list[int]] = [[] for _ in prompt_ids]
