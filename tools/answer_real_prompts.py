@@ -44,8 +44,8 @@ def summarise(rows: list[dict], max_tokens: int, eos_ids: set[int]) -> dict:
             "prompt_tokens": sum(len(r["prompt_ids"]) for r in rows),
             "mean_answer_tokens": round(sum(lengths) / max(1, len(lengths)), 1),
             "answers_at_cap": capped,
-            "answers_looping": sum(a < n for a, n in zip(learnt, lengths))
-            + sum(r.get("end") == "loop" for r in rows),
+            "answers_looping": sum(r.get("end") == "loop" or kept < n
+                                   for r, kept, n in zip(rows, learnt, lengths)),
             "max_tokens": max_tokens}
 
 
