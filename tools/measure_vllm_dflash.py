@@ -46,6 +46,9 @@ def parse_args(argv=None):
     parser.add_argument("--engine-args", type=json.loads, default={},
                         help='engine arguments over the defaults, as JSON, e.g. '
                              '\'{"max_model_len": 8192, "max_num_seqs": 256}\' (as a server)')
+    parser.add_argument("--phases", action="store_true",
+                        help="time the engine step's phases (tools/phase_times.py); runs the "
+                             "engine core and the worker in this process")
     parser.add_argument("--out", default="measure_vllm_dflash.jsonl")
     return parser.parse_args(argv)
 
@@ -56,6 +59,8 @@ def configure_env(args):
         os.environ["VLLM_PLUGINS"] = ""  # a list that names no plugin
     if args.mode == "plugin":
         os.environ["DFLASH_DRAFT_POLICY"] = args.policy
+    if args.phases:
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
 
 
 def engine_cpu_seconds() -> dict[str, float]:
@@ -107,6 +112,14 @@ def main(argv=None) -> int:
         engine_kwargs["speculative_config"] = {"method": "dflash", "model": args.draft,
                                                "num_speculative_tokens": args.k,
                                                **args.spec_extra}
+    phases = None
+    if args.phases:
+        if args.executor:
+            sys.exit("--phases times the in-process executor; leave --executor out")
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import phase_times as phases
+
+        print("timing phases:", ", ".join(phases.install()), flush=True)
     began = time.perf_counter()
     llm = LLM(**engine_kwargs)
     startup = time.perf_counter() - began
@@ -117,6 +130,7 @@ def main(argv=None) -> int:
     for _ in range(args.repeats):
         for batch in (int(b) for b in args.batches.split(",")):
             before, cpu_before = spec_counters(llm), engine_cpu_seconds()
+            phases_before = phases.snapshot() if phases else None
             began = time.perf_counter()
             # Synthetic prompts: one batch. A prompts file: all of it, `batch` at a time.
             groups = ([prompts[i:i + batch] for i in range(0, len(prompts), batch)]
@@ -136,10 +150,12 @@ def main(argv=None) -> int:
                        k=args.k, spec_extra=args.spec_extra or None, batch=batch,
                        tokens=tokens, wall_s=round(wall, 3),
                        cpu_s=round(cpu, 3), tok_per_s=round(tokens / wall, 2),
-                       tok_per_cpu_s=round(tokens / cpu, 2),
+                       tok_per_cpu_s=round(tokens / cpu, 2) if cpu else None,
                        worker_cpu_s=round(worker_cpu, 3), startup_s=round(startup, 1),
                        load=round(os.getloadavg()[0], 1),
                        **{k: after.get(k, 0) - before.get(k, 0) for k in after})
+            if phases:
+                row["phases"] = phases.since(phases_before)
             print(json.dumps(row), flush=True)
             with open(args.out, "a") as f:
                 f.write(json.dumps(row) + "\n")
