@@ -10,6 +10,10 @@ from __future__ import annotations
 
 import functools
 import importlib
+import importlib.util
+import json
+import os
+import sys
 import time
 from collections import defaultdict
 
@@ -64,16 +68,22 @@ def _timed(name, method):
     return wrapper
 
 
+def _owner_and_method(module, cls_name, method_name):
+    """(class or module, its attribute) of one phase; None where this vLLM lacks it. Module
+    functions are looked up by name when called, so wrapping the attribute reaches callers."""
+    owner = module if cls_name is None else getattr(module, cls_name, None)
+    method = getattr(owner, method_name, None) if owner is not None else None
+    return (owner, method) if method is not None else None
+
+
 def install() -> list[str]:
-    """Wrap every phase (module functions: looked up by name when called) that exists in the installed vLLM; returns the names wrapped."""
+    """Wrap every phase that exists in the installed vLLM; returns the names wrapped."""
     wrapped = []
     for name, (module, cls_name, method_name) in PHASES.items():
-        owner = importlib.import_module(module)
-        cls = owner if cls_name is None else getattr(owner, cls_name, None)
-        method = getattr(cls, method_name, None) if cls is not None else None
-        if method is None:
+        found = _owner_and_method(importlib.import_module(module), cls_name, method_name)
+        if found is None:
             continue
-        setattr(cls, method_name, _timed(name, method))
+        setattr(found[0], method_name, _timed(name, found[1]))
         wrapped.append(name)
     return wrapped
 
@@ -95,9 +105,6 @@ def install_on_import(out_dir: str, every: int = 100):
     phase when its module is first imported, and every `every` calls of a step-level phase
     write this process's totals to `out_dir`/<pid>.json. With DFLASH_PHASE_TRACE set, the
     worker also writes one line per model step to `out_dir`/<pid>.steps.jsonl."""
-    import json
-    import os
-    import sys
     from importlib.abc import MetaPathFinder
 
     modules = {module for module, _, _ in PHASES.values()}
@@ -138,10 +145,10 @@ def install_on_import(out_dir: str, every: int = 100):
         for name, (mod, cls_name, method_name) in PHASES.items():
             if mod != module.__name__:
                 continue
-            cls = module if cls_name is None else getattr(module, cls_name, None)
-            method = getattr(cls, method_name, None) if cls is not None else None
-            if method is None:
+            found = _owner_and_method(module, cls_name, method_name)
+            if found is None:
                 continue
+            cls, method = found
             if tracing and name == "runner.execute_model":
                 method = traced(method)
             timed = _timed(name, method)
@@ -177,6 +184,5 @@ def install_on_import(out_dir: str, every: int = 100):
             spec.loader.exec_module = exec_module
             return spec
 
-    import importlib.util
     os.makedirs(out_dir, exist_ok=True)
     sys.meta_path.insert(0, Finder())
