@@ -148,6 +148,10 @@ def add_arguments(p):
     p.add_argument("--sequential", action="store_true",
                    help="one server at a time, each sweeping every level (less memory; runs of "
                         "different configurations then happen minutes apart)")
+    p.add_argument("--restarts", type=int, default=1,
+                   help="with --sequential: start every server this many times, in turn, and "
+                        "pool each row's runs over all of them (on a small VM two instances of "
+                        "one server can differ by 10%%; default 1)")
     p.add_argument("--max-tokens", type=int, default=128)
     p.add_argument("--temperature", type=float, default=0.0)
     p.add_argument("--ignore-eos", action="store_true",
@@ -213,6 +217,11 @@ def _check(args) -> tuple[dict[str, Variant], list[int]]:
         raise DFlashError(f"--temperature must be >= 0, got {args.temperature}")
     if args.repeats < 1:
         raise DFlashError(f"--repeats must be >= 1, got {args.repeats}")
+    if args.restarts < 1:
+        raise DFlashError(f"--restarts must be >= 1, got {args.restarts}")
+    if args.restarts > 1 and not args.sequential:
+        raise DFlashError("--restarts starts each server several times one after another; it "
+                          "needs --sequential")
     if args.num_prompts is not None and args.num_prompts < 1:
         raise DFlashError(f"--num-prompts must be >= 1, got {args.num_prompts}")
     if not args.tpot_bound > 0:  # also rejects nan
@@ -302,20 +311,31 @@ def _row_options(base: flags.ServeOptions, variant: Variant) -> flags.ServeOptio
 
 
 def _run_sequential(algorithms, resolved, prompts, levels, args, output: Path, about: dict):
+    """One server at a time, each sweeping every level; with --restarts, the whole round again
+    with fresh servers, each row pooling its runs over every start."""
+    samples: dict[tuple[str, int], list[_Sample]] = {}
     rows: list[dict] = []
     broken = []
-    for algorithm in algorithms:
-        try:
-            with _started(algorithm, resolved[algorithm], args, output) as (server, model):
-                _warm_up(server.base_url, model, prompts, args)
-                for concurrency in levels:
-                    sample = _measure(server.base_url, model, prompts, concurrency, args,
-                                      args.repeats)
-                    rows.append(_row(algorithm, concurrency, [sample], resolved[algorithm]))
-        except (ServerExited, TimeoutError) as err:  # the other configurations still run
-            broken.append(algorithm)
-            print(f"[bench] {algorithm}: server failed, no rows: {err}", file=sys.stderr)
-        bench.write_json(bench.add_speedups(rows), output, **summaries(rows, args, about))
+    for start in range(args.restarts):
+        if args.restarts > 1:
+            print(f"[bench] start {start + 1} of {args.restarts}", file=sys.stderr, flush=True)
+        for algorithm in (a for a in algorithms if a not in broken):
+            try:
+                with _started(algorithm, resolved[algorithm], args, output) as (server, model):
+                    _warm_up(server.base_url, model, prompts, args)
+                    for concurrency in levels:
+                        samples.setdefault((algorithm, concurrency), []).append(_measure(
+                            server.base_url, model, prompts, concurrency, args, args.repeats))
+            except (ServerExited, TimeoutError) as err:  # the other configurations still run
+                broken.append(algorithm)
+                print(f"[bench] {algorithm}: server failed, no rows: {err}", file=sys.stderr)
+            last = start + 1 == args.restarts  # rows are printed once, when complete
+            rows = [_row(a, c, runs, resolved[a], quiet=not (last and a == algorithm))
+                    for (a, c), runs in samples.items() if a not in broken]
+            for row in rows:
+                if args.restarts > 1:
+                    row["restarts"] = len(samples[(row["algorithm"], row["concurrency"])])
+            bench.write_json(bench.add_speedups(rows), output, **summaries(rows, args, about))
     return rows, broken
 
 
@@ -395,7 +415,7 @@ def _measure(base_url, model, prompts, concurrency, args, repeats) -> _Sample:
 
 
 def _row(algorithm: str, concurrency: int, samples: list[_Sample],
-         opts: flags.ServeOptions | None = None) -> dict:
+         opts: flags.ServeOptions | None = None, quiet: bool = False) -> dict:
     """One result row: every run of the configuration at this level, pooled; with the drafter
     it ran (`opts`: the row's server options), so that a JSON file says what it measured."""
     results = [r for s in samples for r in s.results]
@@ -415,6 +435,8 @@ def _row(algorithm: str, concurrency: int, samples: list[_Sample],
     if len(walls) > 1:
         row["repeats"] = len(walls)
         row["output_tokens_per_s_runs"] = bench.per_run_rates(results, walls)
+    if quiet:
+        return row
     print(f"[bench] {algorithm} c={concurrency}: {row['output_tokens_per_s']} tok/s, "
           f"TPOT {row['tpot_ms']} ms, TTFT {row['ttft_ms']} ms, tau {row['accept_length']}, "
           f"failed {row['failed']}", file=sys.stderr, flush=True)

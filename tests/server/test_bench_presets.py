@@ -109,3 +109,50 @@ def test_fewer_requests_than_prompts_spread_over_the_categories():
         counts[categories[prompt]] = counts.get(categories[prompt], 0) + 1
     assert sorted(counts.values()) == [4] * 8
     assert bench_command._prompts_for(["a", "b"], 5) == ["a", "b", "a", "b", "a"]
+
+
+def test_restarts_pool_every_start_of_every_server(tmp_path, monkeypatch):
+    """--sequential --restarts 3: each server starts three times, in turn, and each row pools
+    its runs over all three starts (fake servers and runs: no engine)."""
+    from contextlib import contextmanager
+    from types import SimpleNamespace
+
+    starts = []
+
+    @contextmanager
+    def started(algorithm, opts, args, output):
+        starts.append(algorithm)
+        yield SimpleNamespace(base_url=f"http://{algorithm}"), "model"
+
+    def measure(base_url, model, prompts, concurrency, args, repeats):
+        # The n-th start of a server runs n times as fast: pooling must see every start.
+        speed = starts.count(base_url.removeprefix("http://"))
+        results = [bench.RequestResult(ok=True, latency_s=1.0, ttft_s=0.1, output_tokens=10)
+                   for _ in range(concurrency * repeats)]
+        return bench_command._Sample(results, [concurrency * 10 / (10 * speed)] * repeats,
+                                     dict.fromkeys(bench.SPEC_COUNTERS, 0.0))
+
+    monkeypatch.setattr(bench_command, "_started", started)
+    monkeypatch.setattr(bench_command, "_warm_up", lambda *a: None)
+    monkeypatch.setattr(bench_command, "_measure", measure)
+    args = bench_args("--algorithms", "none,ngram", "--concurrency", "1,4", "--sequential",
+                      "--restarts", "3", "--repeats", "2", "--output", str(tmp_path / "b.json"))
+    variants, levels = bench_command._check(args)
+    rows, broken = bench_command._run_sequential(list(variants), dict.fromkeys(variants), [
+        "p"], levels, args, tmp_path / "b.json", {})
+    assert starts == ["none", "ngram"] * 3 and not broken
+    assert [(r["algorithm"], r["concurrency"]) for r in rows] == [
+        ("none", 1), ("none", 4), ("ngram", 1), ("ngram", 4)]
+    for r in rows:
+        assert r["restarts"] == 3 and r["repeats"] == 6
+        # 10, 20 and 30 tokens/s, two runs each: every start is in the pool
+        assert r["output_tokens_per_s_runs"] == [10.0, 10.0, 20.0, 20.0, 30.0, 30.0]
+    saved = json.loads((tmp_path / "b.json").read_text())
+    assert [r["restarts"] for r in saved["rows"]] == [3] * 4
+
+
+def test_restarts_need_sequential_and_a_positive_count():
+    with pytest.raises(DFlashError, match="needs --sequential"):
+        bench_command._check(bench_args("--restarts", "2"))
+    with pytest.raises(DFlashError, match="--restarts must be >= 1"):
+        bench_command._check(bench_args("--restarts", "0", "--sequential"))
