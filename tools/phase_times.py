@@ -1,9 +1,10 @@
-"""Wall time per phase of vLLM's engine step, for `measure_vllm_dflash.py --phases`.
+"""Wall time per phase of vLLM's engine step.
 
 Wraps the engine core's and the model runner's methods named in PHASES with a timer. Times are
-inclusive (a phase contains the phases it calls), summed per process. Only meaningful with the
-engine core and the worker in the measuring process (`VLLM_ENABLE_V1_MULTIPROCESSING=0` and
-vLLM's in-process executor), which `--phases` sets.
+inclusive (a phase contains the phases it calls), summed per process. Two ways in:
+`install()` in the measuring process (`measure_vllm_dflash.py --phases`, which runs the engine
+core and the worker there), and `install_on_import()` in processes it does not control (a
+server's, through `tools/phase_hook` on PYTHONPATH), which writes each process's totals to files.
 """
 
 from __future__ import annotations

@@ -332,8 +332,8 @@ def _run_sequential(algorithms, resolved, prompts, levels, args, output: Path, a
             last = start + 1 == args.restarts  # rows are printed once, when complete
             rows = [_row(a, c, runs, resolved[a], quiet=not (last and a == algorithm))
                     for (a, c), runs in samples.items() if a not in broken]
-            for row in rows:
-                if args.restarts > 1:
+            if args.restarts > 1:
+                for row in rows:
                     row["restarts"] = len(samples[(row["algorithm"], row["concurrency"])])
             bench.write_json(bench.add_speedups(rows), output, **summaries(rows, args, about))
     return rows, broken
