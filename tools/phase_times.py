@@ -57,7 +57,8 @@ totals: dict[str, float] = defaultdict(float)
 calls: dict[str, int] = defaultdict(int)
 
 
-def _timed(name, method):
+def _timed(name, method, after=None):
+    """`method` adding its wall time to `name`'s total; `after()` runs after each call."""
     @functools.wraps(method)
     def wrapper(*args, **kwargs):
         began = time.perf_counter()
@@ -66,6 +67,8 @@ def _timed(name, method):
         finally:
             totals[name] += time.perf_counter() - began
             calls[name] += 1
+            if after is not None:
+                after()
     return wrapper
 
 
@@ -138,9 +141,15 @@ def install_on_import(out_dir: str, every: int = 100):
                 last[0] = began
         return wrapper
 
-    def dump():
-        with open(os.path.join(out_dir, f"{os.getpid()}.json"), "w") as f:
-            json.dump({"argv": sys.argv[:3], "phases": snapshot()}, f)
+    def dump_every(name):
+        def after():
+            if calls[name] % every:
+                return
+            with open(os.path.join(out_dir, f"{os.getpid()}.json"), "w") as f:
+                json.dump({"argv": sys.argv[:3], "phases": snapshot()}, f)
+            if trace:
+                trace[0].flush()
+        return after
 
     def wrap_module(module):
         for name, (mod, cls_name, method_name) in PHASES.items():
@@ -152,19 +161,8 @@ def install_on_import(out_dir: str, every: int = 100):
             cls, method = found
             if tracing and name == "runner.execute_model":
                 method = traced(method)
-            timed = _timed(name, method)
-            if name in steps:
-                inner = timed
-
-                def timed(*args, _inner=inner, _name=name, **kwargs):
-                    try:
-                        return _inner(*args, **kwargs)
-                    finally:
-                        if calls[_name] % every == 0:
-                            dump()
-                            if trace:
-                                trace[0].flush()
-            setattr(cls, method_name, timed)
+            setattr(cls, method_name,
+                    _timed(name, method, dump_every(name) if name in steps else None))
 
     class Finder(MetaPathFinder):
         def find_spec(self, fullname, path, target=None):
