@@ -93,15 +93,17 @@ def main():
         num_prompts = sum(1 for line in f if line.strip())
     rows = phase_rows(records)
     notes = args.data / "ANSWERS.md"
-    text = notes.read_text()
-    text, n_table = re.subn(r"\| records \|.*?\n(?=\n)", table(rows, len(records)) + "\n", text,
-                            count=1, flags=re.S)
-    text, n_est = re.subn(r"About \d+ answer tokens per prompt.*?CPU[^\n]*\.",
-                          estimate(rows, num_prompts, args.rate), text, count=1, flags=re.S)
+    progress = table(rows, len(records))
+    guess = estimate(rows, num_prompts, args.rate)
+    # Functions as replacements: the new text is inserted as it is, never read as a template.
+    text, n_table = re.subn(r"\| records \|.*?\n(?=\n)", lambda _: progress + "\n",
+                            notes.read_text(), count=1, flags=re.S)
+    text, n_est = re.subn(r"About \d+ answer tokens per prompt.*?CPU[^\n]*\.", lambda _: guess,
+                          text, count=1, flags=re.S)
     if not (n_table and n_est):
         raise SystemExit(f"{notes}: the progress table or the estimate was not found")
     notes.write_text(text)
-    print(table(rows, len(records)))
+    print(progress)
 
 
 if __name__ == "__main__":
