@@ -78,6 +78,7 @@ class AdaptiveSpecDecoder(SpecDecoder):
         num_drafts = self.policy.choose(1, confidence[None], limit)[0]
         verdict, features = self.verify_chain(bonus, drafts[:num_drafts], start, target_cache,
                                               sampling, generator)
+        self.policy.pass_outcome(1, num_drafts, len(verdict.accepted_tokens))
         if num_drafts:
             self.policy.observe([confidence[:num_drafts]], [len(verdict.accepted_tokens)])
         return verdict, features, num_drafts

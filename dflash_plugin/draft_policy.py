@@ -8,12 +8,15 @@ The model behind the choice:
 - a draft pass for B requests costs            D(B) = draft_fixed + draft_per_request * B;
 - request i verifying its first K_i drafts yields 1 + sum_{k<=K_i} P_ik expected tokens, where
   P_ik = p_i1 * ... * p_ik is the chance that drafts 1..k are all accepted (greedy-prefix rule).
-We pick the K_i that maximise expected tokens per unit time, and verify nothing unless that beats
-plain decoding (B tokens in T(B)) by a margin. Because P_ik falls with k, the best allocation
-takes the largest P_ik first across the whole batch and stops once the next one no longer raises
-the rate, so drafts shrink as the batch grows (each extra token then costs more relative to what
-it brings) and grow with the drafter's confidence. Which drafts are verified never changes which
-tokens are emitted: verification stays lossless for any K_i.
+We run the draft pass when the expected tokens per unit time, pass included, beat plain
+decoding (B tokens in T(B)) by a margin; once it has run its cost is spent, and the K_i that
+maximise the rate of the verification alone are verified (nothing unless that beats plain).
+Because P_ik falls with k, the best allocation takes the largest P_ik first across the whole
+batch and stops once the next one no longer raises the rate, so drafts shrink as the batch grows
+(each extra token then costs more relative to what it brings) and grow with the drafter's
+confidence. Which drafts are verified never changes which tokens are emitted: verification stays
+lossless for any K_i. Passes that did not pay in practice close their band of batch sizes
+(`pass_gate.PassGate`).
 
 The presets below (per platform, measured on a few machines) are where the costs start: the vLLM
 plugin's V1 path replaces them while it serves with costs fitted to its own steps
@@ -28,6 +31,8 @@ import math
 from dataclasses import dataclass, fields, replace
 
 import torch
+
+from dflash_plugin.pass_gate import PassGate
 
 
 class PolicyMode(enum.Enum):
@@ -284,6 +289,8 @@ class DraftPolicy:
         self.explore_every = explore_every
         self.steps_without_drafts = 0
         self._worth_drafting: dict[tuple[int, bool], bool] = {}  # (batch, prior?) -> answer
+        self.gate = PassGate()  # what passes actually brought, per batch band
+        self._after_pass: tuple[CostModel | None, CostModel | None] = (None, None)
 
     def set_costs(self, costs: CostModel):
         """New step costs (e.g. measured while serving): later decisions use them."""
@@ -299,11 +306,15 @@ class DraftPolicy:
         return self._worth_drafting[key]
 
     def should_draft(self, batch: int) -> bool:
-        """Before the draft pass: is any request expected to get drafts verified?"""
+        """Before the draft pass: is any request expected to get drafts verified, and have
+        passes at this batch size paid off lately (the gate)?"""
         if self.mode is PolicyMode.OFF:
             return False
         if self.mode is not PolicyMode.ADAPTIVE:
             return True
+        return self._expect_drafts(batch) and self.gate.allows(self.costs, batch)
+
+    def _expect_drafts(self, batch: int) -> bool:
         if self._drafts_pay_off(batch, prior=False):
             return True
         # The drafter looks unhelpful. Re-check now and then, but only when the load would let
@@ -339,11 +350,23 @@ class DraftPolicy:
         return gains
 
     def plan(self, gains: torch.Tensor) -> list[int]:
-        """Draft lengths [B] for these cumulative acceptance chances [B, K] under the costs."""
-        lengths = plan_draft_lengths(gains, self.costs)
+        """Draft lengths [B] for these cumulative acceptance chances [B, K], after the draft
+        pass: its cost is spent, so a draft is verified when it pays for its own verification."""
+        lengths = plan_draft_lengths(gains, self._costs_after_pass())
         if any(lengths):
             self.steps_without_drafts = 0
         return lengths
+
+    def _costs_after_pass(self) -> CostModel:
+        if self._after_pass[0] is not self.costs:
+            self._after_pass = (self.costs, replace(self.costs, draft_fixed=0.0,
+                                                    draft_per_request=0.0))
+        return self._after_pass[1]
+
+    def pass_outcome(self, batch: int, verified: int, accepted: int):
+        """A draft pass at `batch` handed out `verified` drafts, `accepted` of them taken."""
+        if self.mode is PolicyMode.ADAPTIVE:
+            self.gate.record(self.costs, batch, verified, accepted)
 
     def observe(self, confidences: list[torch.Tensor], num_accepted: list[int]):
         """Feedback from verification (see ConfidenceCalibration.observe)."""

@@ -36,7 +36,7 @@ from dflash_plugin.ngram import NgramDrafts, NgramMatch
 from dflash_plugin.step_clock import COST_TERMS, MeasuredCosts, StepClock
 from dflash_plugin.switches import SwitchError, read
 from vllm_ext.context_store import DeferredContext
-from vllm_ext.ngram_drafts import histories
+from vllm_ext.ngram_drafts import histories, request_ids
 
 logger = logging.getLogger(f"vllm.{__name__}")  # under vLLM's log handler
 
@@ -193,6 +193,10 @@ class Drafting:
         # Rows move between steps; the verified tokens themselves identify the request.
         self._pending: dict[tuple[int, ...], torch.Tensor | LookupDraft | None] = {}
         self._collecting = False  # inside the hooked draft pass
+        self._last_pass: tuple[int, int] | None = None  # (batch, drafts verified) to book
+        # Per request id: False for a request whose drafter context is not written, because it
+        # arrived while draft passes at its batch size were losing (it keeps lookup drafts).
+        self._has_context: dict[str, bool] = {}
 
     @contextmanager
     def timing_step(self, cad, device_tensor: torch.Tensor | None = None):
@@ -271,16 +275,20 @@ class Drafting:
         starts = query_start_loc_cpu.tolist()
         rejected = num_rejected.tolist() if num_rejected is not None else None
         pending, self._pending = self._pending, {}
+        last_pass, self._last_pass = self._last_pass, None
         if not pending or rejected is None:
+            if last_pass is not None:
+                self.policy.pass_outcome(*last_pass, 0)
             return
         ids = target_token_ids.tolist()
         confidences, accepted = [], []
         lookups: tuple[list[int], list[int], list[int]] = ([], [], [])
+        taken = 0  # accepted drafts of all requests (the pass's outcome)
         for i, num_rej in enumerate(rejected):
             key = tuple(ids[starts[i]:starts[i + 1]])
             if key not in pending:
                 continue
-            self.counts.drafts_accepted += len(key) - 1 - num_rej
+            taken += len(key) - 1 - num_rej
             if isinstance(pending[key], LookupDraft):
                 for column, value in zip(lookups, (pending[key].ngram, len(key) - 1,
                                                    len(key) - 1 - num_rej)):
@@ -288,6 +296,9 @@ class Drafting:
             elif pending[key] is not None:
                 confidences.append(pending[key])
                 accepted.append(len(key) - 1 - num_rej)
+        self.counts.drafts_accepted += taken
+        if last_pass is not None:
+            self.policy.pass_outcome(*last_pass, taken)
         if confidences:
             self.policy.observe(confidences, accepted)
         if lookups[0] and self.ngram is not None:
@@ -296,11 +307,35 @@ class Drafting:
     def _count_step(self):
         self.counts.steps += 1
         if self.stats_every and self.counts.steps >= self.stats_every:
-            logger.info("dflash plugin: %s", self.counts.summary())
+            logger.info("dflash plugin: %s; %s", self.counts.summary(),
+                        self.policy.gate.summary())
             self.counts = StepCounts()
             if self.ngram is not None:
                 logger.info("dflash plugin: %s", self.ngram.counts.summary())
                 self.ngram.counts = type(self.ngram.counts)()
+
+    def rows_without_context(self, batch: int) -> list[int]:
+        """This step's rows whose requests have no drafter context. A request seen for the first
+        time gets none when draft passes at this batch size are closed (`PassGate.closed`): its
+        context would cost every step and likely never be read. A request that arrives alone
+        keeps it (its writes are cheap, and without it a closed band 1 could never be explored
+        again). Reads P6's record (request ids of the input batch); without one, every request
+        keeps its context."""
+        if self.deferred_context is None or self.policy.mode is not PolicyMode.ADAPTIVE:
+            return []
+        req_ids = request_ids(self.step_tokens, batch)
+        if req_ids is None:
+            return []
+        known = self._has_context
+        rows = []
+        for row, req_id in enumerate(req_ids):
+            if req_id not in known:
+                known[req_id] = batch <= 1 or not self.policy.gate.closed(batch)
+            if not known[req_id]:
+                rows.append(row)
+        if len(known) > 4 * batch + 64:  # forget finished requests
+            self._has_context = {r: known[r] for r in req_ids}
+        return rows
 
     def lookup(self, batch: int, k: int, no_drafts: Sequence[int] = ()) -> list[NgramMatch | None]:
         """This step's prompt-lookup proposals of up to k tokens per request, from P6's record
@@ -343,10 +378,12 @@ class Drafting:
 
     def select(self, drafts: torch.Tensor, next_token_ids: torch.Tensor,
                no_drafts: Sequence[int] = (),
-               matches: Sequence[NgramMatch | None] | None = None) -> list[list[int]]:
+               matches: Sequence[NgramMatch | None] | None = None,
+               no_drafter: Sequence[int] = ()) -> list[list[int]]:
         """drafts [B, K] -> each request's drafts to verify (a prefix, possibly empty); the rows
-        in `no_drafts` get none (vllm_ext.plain_sampling). With lookup `matches`, a request
-        whose lookup draft is worth more than the drafter's gets that one instead."""
+        in `no_drafts` get none (vllm_ext.plain_sampling), those in `no_drafter` (no drafter
+        context) none of the drafter's. With lookup `matches`, a request whose lookup draft is
+        worth more than the drafter's gets that one instead."""
         batch, block = drafts.shape
         confidence, self.confidence = self.confidence, None
         if confidence is not None and confidence.numel() == batch * block:
@@ -354,15 +391,17 @@ class Drafting:
         else:
             confidence = None
         from_lookup = [False] * batch
-        if (matches and confidence is not None and self.ngram is not None
-                and self.ngram.active(self.policy)):
-            gains, from_lookup = self.ngram.choose(self.policy,
-                                                   self.policy.drafter_gains(confidence), matches)
+        no_drafter = [row for row in no_drafter if row < batch]
+        if confidence is not None and self.policy.mode is PolicyMode.ADAPTIVE:
+            gains = self.policy.drafter_gains(confidence)
+            gains[no_drafter] = 0.0  # no context: the drafter's guesses are worth nothing
+            if matches and self.ngram is not None:
+                gains, from_lookup = self.ngram.choose(self.policy, gains, matches)
             lengths = self.policy.plan(gains)
         else:
             lengths = list(self.policy.choose(batch, confidence, block))
-        for row in no_drafts:
-            if row < batch:
+        for row in (*no_drafts, *no_drafter):
+            if row < batch and not (from_lookup[row] and row not in no_drafts):
                 lengths[row] = 0
         rows = drafts.tolist()
         bonus = next_token_ids.tolist()
@@ -381,6 +420,10 @@ class Drafting:
         self.counts.draft_passes += 1
         self.counts.empty_passes += not any(lengths)
         self.counts.drafts_handed_out += sum(lengths)
+        if any(lengths):  # booked when verification reports back (learn)
+            self._last_pass = (batch, sum(lengths))
+        else:
+            self.policy.pass_outcome(batch, 0, 0)
         return selected
 
     def skipped(self):

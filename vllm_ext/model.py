@@ -142,7 +142,7 @@ class DFlashVllmDrafter(DFlashQwen3ForCausalLM):
                                       sampler_shortcut=sampler_shortcut_from_env(),
                                       stats_every=stats_every_from_env())
         self.dflash_drafting = (Drafting(policy, stats_every_from_env(), deferred,
-                                         ngram=start_ngram_drafts(policy),
+                                         ngram=start_ngram_drafts(policy, deferred is not None),
                                          clock=step_clock_for(policy, spec.num_speculative_tokens))
                                 if load_aware.v1_hooks else None)
         self.dflash_draft_ids = None  # sorted target ids (CPU) the draft head is restricted to

@@ -7,13 +7,14 @@ Ledger
 P6  Target:  vllm.v1.spec_decode.llm_base_proposer.SpecDecodeBaseProposer
              .prepare_next_token_ids_padded, as DFlashProposer inherits it; the override goes on
              DFlashProposer only.
-    Why:     P1's propose gets no token history. The runner calls this method right before
-             propose, every drafting step, with its input batch (token_ids_cpu and
-             num_tokens_no_spec: each request's prompt and output up to the last step) and this
-             step's sampled tokens ([B, K + 1], -1 past the accepted ones).
+    Why:     P1's propose gets no token history and no request ids. The runner calls this
+             method right before propose, every drafting step, with its input batch (req_ids;
+             token_ids_cpu and num_tokens_no_spec: each request's prompt and output up to the
+             last step) and this step's sampled tokens ([B, K + 1], -1 past the accepted ones).
     How:     keeps references to those three arguments on the plugin's drafting state, for P1 in
              the same step, then runs the original unchanged. Only for drafters built by this
-             plugin with lookup on.
+             plugin with lookup or deferred context writes on (the ids say whose context to
+             skip, vllm_ext.drafting.Drafting.rows_without_context).
     Guard:   vLLM release series (or the skip-version-check override); the method's parameters
              (PREPARE_PARAMS). At run time a batch whose attributes or sizes do not fit gets no
              lookup drafts that step.
@@ -39,14 +40,14 @@ def ngram_drafts_from_env() -> bool:
     return read("DFLASH_NGRAM_DRAFTS")
 
 
-def start(policy: DraftPolicy) -> NgramDrafts | None:
+def start(policy: DraftPolicy, record_requests: bool = False) -> NgramDrafts | None:
     """The lookup side of this drafter's policy, with P6 in place; None when switched off or
-    when P6's guards refuse it (logged)."""
-    if not ngram_drafts_from_env():
+    when P6's guards refuse it (logged). P6 also goes in with lookup off when
+    `record_requests` (the propose hook then still reads the batch's request ids)."""
+    lookup = ngram_drafts_from_env()
+    if not (lookup or record_requests) or not install_history_hook():
         return None
-    if not install_history_hook():
-        return None
-    return NgramDrafts(policy.block)
+    return NgramDrafts(policy.block) if lookup else None
 
 
 def install_history_hook() -> bool:
@@ -68,12 +69,22 @@ def _recording_prepare(original):
         from vllm_ext.patches import _drafting_of
 
         drafting = _drafting_of(self)
-        if drafting is not None and drafting.ngram is not None:
+        if drafting is not None:
             drafting.step_tokens = (gpu_input_batch, sampled_token_ids, discard_request_mask)
         return original(self, sampled_token_ids, requests, gpu_input_batch,
                         discard_request_mask)
 
     return prepare_next_token_ids_padded
+
+
+def request_ids(step_tokens, batch: int) -> list[str] | None:
+    """The request id of each of this step's rows (None when the record does not fit)."""
+    if step_tokens is None:
+        return None
+    ids = getattr(step_tokens[0], "req_ids", None)
+    if not isinstance(ids, list) or len(ids) < batch:
+        return None
+    return ids[:batch]
 
 
 def histories(step_tokens, batch: int) -> list[np.ndarray | None]:

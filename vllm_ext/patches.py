@@ -110,8 +110,9 @@ def _propose_with_policy(original, proposer, drafting, args):
     drafting.learn(target_token_ids[:cad.num_actual_tokens], cad.query_start_loc_cpu,
                    num_rejected_tokens_gpu)
     no_drafts = plain_rows(sampling_metadata)  # min_p / logit_bias requests (P5)
+    no_context = drafting.rows_without_context(batch)  # P6's request ids
     matches = drafting.lookup(batch, num_speculative_tokens, no_drafts)  # P6's histories
-    draft_pass = (num_speculative_tokens > 0 and len(no_drafts) < batch
+    draft_pass = (num_speculative_tokens > 0 and len({*no_drafts, *no_context}) < batch
                   and drafting.policy.should_draft(batch))
     lookup_only = drafting.lookup_only(matches, num_speculative_tokens, draft_pass)
     if not draft_pass or lookup_only is not None:
@@ -120,7 +121,7 @@ def _propose_with_policy(original, proposer, drafting, args):
         proposer._last_draft_probs = None  # A2
         _store_context_only(proposer, drafting, target_token_ids, target_positions,
                             target_hidden_states, next_token_ids, cad,
-                            num_rejected_tokens_gpu)
+                            num_rejected_tokens_gpu, no_context)
         return drafting.lookup_drafts(batch, matches, lookup_only, next_token_ids)
     if drafting.deferred_context is not None:
         drafting.flush_context(proposer.model)  # the draft pass reads that context
@@ -130,7 +131,7 @@ def _propose_with_policy(original, proposer, drafting, args):
     # Lookup drafts are verified as deterministic: not where this pass left draft
     # distributions for the rejection sampler (probabilistic draft sampling, A2).
     lookup = matches if proposer._last_draft_probs is None else None
-    return drafting.select(drafts, next_token_ids, no_drafts, lookup)
+    return drafting.select(drafts, next_token_ids, no_drafts, lookup, no_context)
 
 
 def _prefer_drafter_top_tokens(proposer):
@@ -176,15 +177,19 @@ def _set_context_inputs(proposer, target_token_ids, target_positions, features,
 
 
 def _store_context_only(proposer, drafting, target_token_ids, target_positions,
-                        target_hidden_states, next_token_ids, cad, num_rejected_tokens_gpu):
+                        target_hidden_states, next_token_ids, cad, num_rejected_tokens_gpu,
+                        no_context=()):
     """What the original propose does before its query pass: project the new target features
     to draft context K/V and write them to the draft layers' cache. With deferred writes
     (`drafting.deferred_context`), only the positions and cache slots are computed now; the
-    projection and the write wait in the queue (vllm_ext.context_store)."""
+    projection and the write wait in the queue (vllm_ext.context_store), without the tokens of
+    the `no_context` rows (requests that never get the drafter's drafts)."""
     deferred = drafting.deferred_context
     if deferred is not None and not _has_context_buffers(proposer):
         drafting.flush_context(proposer.model)
         deferred = None
+    if deferred is not None and len(no_context) == cad.batch_size():
+        return  # nobody's context is kept: not even positions and slots are needed
     features = (target_hidden_states if deferred is not None
                 else proposer.model.combine_hidden_states(target_hidden_states))
     num_tokens = _set_context_inputs(proposer, target_token_ids, target_positions, features,
@@ -198,10 +203,25 @@ def _store_context_only(proposer, drafting, target_token_ids, target_positions,
     slots = _context_slots(proposer, target_token_ids).clone()
     # vLLM concatenates the target layers' features into a new tensor each step; a view (a
     # target without auxiliary layers) could be overwritten before the flush, so copy it.
+    if no_context:
+        keep = _context_rows_kept(cad, num_context, no_context).to(positions.device)
+        if not len(keep):
+            return
+        target_hidden_states, positions, slots = (target_hidden_states[keep], positions[keep],
+                                                  slots[keep])  # copies
     kept = target_hidden_states if target_hidden_states._base is None \
         else target_hidden_states.clone()
     if deferred.add(kept, positions, slots):
         drafting.flush_context(proposer.model)
+
+
+def _context_rows_kept(cad, num_context: int, no_context) -> torch.Tensor:
+    """Indices of this step's context tokens outside the `no_context` requests' spans."""
+    starts = cad.query_start_loc_cpu
+    keep = torch.ones(num_context, dtype=torch.bool)
+    for row in no_context:
+        keep[int(starts[row]):int(starts[row + 1])] = False
+    return keep.nonzero().squeeze(1)
 
 
 def _has_context_buffers(proposer) -> bool:

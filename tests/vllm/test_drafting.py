@@ -72,3 +72,20 @@ def test_stats_interval_from_the_environment(monkeypatch):
     monkeypatch.setenv("DFLASH_STATS_EVERY", "-5")
     with pytest.raises(ValueError, match="DFLASH_STATS_EVERY='-5'"):
         stats_every_from_env()
+
+
+def test_draft_passes_are_booked_with_what_verification_accepted():
+    drafting = Drafting(DraftPolicy(PolicyMode.ADAPTIVE, CPU_COSTS, BLOCK))
+    booked = []
+    drafting.policy.pass_outcome = lambda *outcome: booked.append(outcome)
+    step(drafting, [1, 1])
+    drafting.confidence = torch.full((2 * BLOCK,), 0.99)
+    drafting.select(torch.tensor([[5, 6, 7, 8], [5, 6, 7, 8]]), torch.tensor([1, 2]))
+    assert booked == []  # booked once verification reports back
+    drafting.learn(torch.tensor([1, 5, 6, 7, 8, 2, 5, 6, 7, 8]), torch.tensor([0, 5, 10]),
+                   torch.tensor([1, 3]))
+    assert booked == [(2, 8, 3 + 1)]
+    # a pass that hands out nothing is booked at once, with nothing verified or accepted
+    drafting.confidence = torch.full((2 * BLOCK,), 1e-4)
+    assert drafting.select(torch.tensor([[5, 6, 7, 8]] * 2), torch.tensor([1, 2])) == [[], []]
+    assert booked[-1] == (2, 0, 0)

@@ -91,6 +91,7 @@ def worker_calls():
         0..K drafts per request, varying every step, so every draft length gets verified with
         any drafter; it reads confidences as the adaptive policy does."""
         from dflash_plugin.draft_policy import DraftPolicy, PolicyMode
+        from dflash_plugin.pass_gate import PassGate
 
         class StaggerPolicy(DraftPolicy):
             def should_draft(self, batch):
@@ -100,12 +101,32 @@ def worker_calls():
                 self.staggered = getattr(self, "staggered", 0) + 1
                 return [(self.staggered + i) % (limit + 1) for i in range(batch)]
 
+        class AlternateGate(PassGate):
+            """Every other new request arrives at a 'closed' batch (its context is skipped);
+            draft passes are always allowed, so requests with context get drafts beside them."""
+
+            def closed(self, batch):
+                self.asked = getattr(self, "asked", 0) + 1
+                return self.asked % 2 == 0
+
+            def allows(self, costs, batch):
+                return True
+
         drafting = worker.model_runner.drafter.model.dflash_drafting
         old = drafting.policy
+        drafting._has_context.clear()
         if mode == "stagger":
             drafting.policy = StaggerPolicy(PolicyMode.ADAPTIVE, old.costs, old.block)
+        elif mode == "context_free":
+            drafting.policy = DraftPolicy(PolicyMode.ADAPTIVE, old.costs, old.block)
+            drafting.policy.gate = AlternateGate()
         else:
             drafting.policy = DraftPolicy(PolicyMode(mode), old.costs, old.block)
+
+    def context_split(worker):
+        """(requests with drafter context, requests without) since the last set_policy."""
+        known = worker.model_runner.drafter.model.dflash_drafting._has_context
+        return sum(known.values()), sum(not v for v in known.values())
 
     def record_drafts(worker, draft_every, store_context, defer_context=True):
         """Log every draft pass's [B, K] drafts; run the draft pass on one step in
@@ -196,7 +217,7 @@ def worker_calls():
 
         return ShortCutCounter.steps
 
-    return dict(drafter_class=drafter_class, set_policy=set_policy,
+    return dict(drafter_class=drafter_class, set_policy=set_policy, context_split=context_split,
                 drafts_via_top_tokens=drafts_via_top_tokens,
                 count_bundled_rpcs=count_bundled_rpcs, bundled_rpcs=bundled_rpcs,
                 sampler_short_cuts=sampler_short_cuts,
@@ -241,10 +262,11 @@ def runs(target_path, random_drafter):
         llm.collective_rpc(calls["count_bundled_rpcs"])
         results["plugin_class"] = llm.collective_rpc(calls["drafter_class"])[0]
         results["draft_head"] = llm.collective_rpc(calls["draft_head_check"])[0]
-        for mode in ("stagger", "adaptive", "full", "off"):
+        for mode in ("stagger", "adaptive", "full", "off", "context_free"):
             llm.collective_rpc(calls["set_policy"], args=(mode,))
             short_cuts = llm.collective_rpc(calls["sampler_short_cuts"])[0]
             outputs, results[f"{mode}_counts"] = counted(llm, lambda: generate(llm, PROMPTS))
+            results[f"{mode}_context_split"] = llm.collective_rpc(calls["context_split"])[0]
             results[f"{mode}_short_cuts"] = (llm.collective_rpc(calls["sampler_short_cuts"])[0]
                                              - short_cuts)
             results[f"{mode}_batch"] = token_ids(outputs)
@@ -292,7 +314,7 @@ def test_draft_ids_came_back_with_the_sampled_tokens(runs):
     # Every decoding step of the plugin's runs went through the one bundled RPC (their outputs
     # are checked lossless below); a step emits at most K + 1 tokens per request.
     min_steps_per_run = math.ceil(MAX_TOKENS / (K + 1))
-    runs_done = 4 + 2 * len(SINGLE_PROMPTS)  # four policies on the batch, two one at a time
+    runs_done = 5 + 2 * len(SINGLE_PROMPTS)  # five policies on the batch, two one at a time
     assert runs["bundled_rpcs"] is not None
     assert runs["bundled_rpcs"] >= runs_done * min_steps_per_run
 
@@ -319,9 +341,20 @@ def test_steps_without_drafts_skip_the_rejection_kernels(runs):
     assert runs["full_short_cuts"] < runs["off_short_cuts"] // 4
 
 
-@pytest.mark.parametrize("mode", ["stagger", "adaptive", "full", "off"])
+@pytest.mark.parametrize("mode", ["stagger", "adaptive", "full", "off", "context_free"])
 def test_lossless_batch_of_16(runs, mode):
     assert runs[f"{mode}_batch"] == runs["plain_batch"]
+
+
+def test_requests_without_drafter_context_get_no_drafter_drafts(runs):
+    # Half of the batch arrived at a 'closed' batch size: their context was never written, and
+    # only the other half verified drafts (the output is checked lossless above).
+    with_context, without = runs["context_free_context_split"]
+    assert with_context == without == len(PROMPTS) // 2
+    metrics = runs["context_free_request_metrics"]
+    drafted = [bool(m and m.num_draft_tokens) for m in metrics]
+    assert any(drafted) and sum(drafted) <= with_context
+    assert runs["adaptive_context_split"] == (len(PROMPTS), 0)  # gate open: all keep context
 
 
 @pytest.mark.parametrize("mode", ["stagger", "adaptive"])
