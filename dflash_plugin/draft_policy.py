@@ -314,6 +314,13 @@ class DraftPolicy:
             return True
         return self._expect_drafts(batch) and self.gate.allows(self.costs, batch)
 
+    def passes_closed(self, batch: int) -> bool:
+        """No draft pass is to be expected at this batch size: even the optimistic prior
+        drafter would not pay for it, or passes here have lost time (the gate)."""
+        if self.mode is not PolicyMode.ADAPTIVE:
+            return self.mode is PolicyMode.OFF
+        return not self._drafts_pay_off(batch, prior=True) or self.gate.closed(batch)
+
     def _expect_drafts(self, batch: int) -> bool:
         if self._drafts_pay_off(batch, prior=False):
             return True

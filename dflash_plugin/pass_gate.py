@@ -15,10 +15,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from dflash_plugin.draft_policy import CostModel
+
+class CostModel(Protocol):
+    """What the gate reads of draft_policy.CostModel (which imports this module)."""
+
+    verify_per_token: float
+
+    def verify_time(self, num_tokens: int | float) -> float: ...
+
+    def draft_time(self, num_requests: int) -> float: ...
 
 
 def band_of(batch: int) -> int:

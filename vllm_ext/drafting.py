@@ -316,11 +316,11 @@ class Drafting:
 
     def rows_without_context(self, batch: int) -> list[int]:
         """This step's rows whose requests have no drafter context. A request seen for the first
-        time gets none when draft passes at this batch size are closed (`PassGate.closed`): its
-        context would cost every step and likely never be read. A request that arrives alone
-        keeps it (its writes are cheap, and without it a closed band 1 could never be explored
-        again). Reads P6's record (request ids of the input batch); without one, every request
-        keeps its context."""
+        time gets none when no draft pass is to be expected at this batch size
+        (`DraftPolicy.passes_closed`): its context would cost every step and likely never be
+        read. A request that arrives alone keeps it (its writes are cheap, and without it a
+        closed band 1 could never be explored again). Reads P6's record (request ids of the
+        input batch); without one, every request keeps its context."""
         if self.deferred_context is None or self.policy.mode is not PolicyMode.ADAPTIVE:
             return []
         req_ids = request_ids(self.step_tokens, batch)
@@ -330,7 +330,7 @@ class Drafting:
         rows = []
         for row, req_id in enumerate(req_ids):
             if req_id not in known:
-                known[req_id] = batch <= 1 or not self.policy.gate.closed(batch)
+                known[req_id] = batch <= 1 or not self.policy.passes_closed(batch)
             if not known[req_id]:
                 rows.append(row)
         if len(known) > 4 * batch + 64:  # forget finished requests
@@ -392,11 +392,11 @@ class Drafting:
             confidence = None
         from_lookup = [False] * batch
         no_drafter = [row for row in no_drafter if row < batch]
-        if confidence is not None and self.policy.mode is PolicyMode.ADAPTIVE:
+        if (matches and confidence is not None and self.ngram is not None
+                and self.ngram.active(self.policy)):
             gains = self.policy.drafter_gains(confidence)
             gains[no_drafter] = 0.0  # no context: the drafter's guesses are worth nothing
-            if matches and self.ngram is not None:
-                gains, from_lookup = self.ngram.choose(self.policy, gains, matches)
+            gains, from_lookup = self.ngram.choose(self.policy, gains, matches)
             lengths = self.policy.plan(gains)
         else:
             lengths = list(self.policy.choose(batch, confidence, block))

@@ -1,6 +1,7 @@
 """Requests without drafter context (engine-free): which requests lose it, what they are still
 offered, and which context tokens are written (the engine test is in test_engine.py)."""
 
+from dataclasses import replace
 from types import SimpleNamespace
 
 import numpy as np
@@ -57,6 +58,18 @@ def test_requests_arriving_while_passes_are_closed_get_no_context_for_good():
     assert d.rows_without_context(2) == [1]
     record(d, ["e"])  # alone: it keeps its context, so that band 1 can still be explored
     assert d.rows_without_context(1) == []
+
+
+def test_no_context_where_even_an_optimistic_drafter_would_not_pay():
+    d = drafting()
+    d.policy.set_costs(replace(d.policy.costs, draft_fixed=50.0))  # dearer than 50 steps
+    record(d, ["a", "b"])
+    assert d.rows_without_context(2) == [0, 1]
+    assert d.policy.passes_closed(2) and not d.policy.should_draft(2)
+    d.policy.mode = PolicyMode.OFF
+    assert d.policy.passes_closed(2)
+    d.policy.mode = PolicyMode.FULL
+    assert not d.policy.passes_closed(2)
 
 
 def test_context_is_kept_without_a_record_without_deferred_writes_or_outside_adaptive():
