@@ -68,3 +68,14 @@ def test_evaluate_refuses_missing_prompts_and_bad_temperatures(tmp_path, capsys)
         evaluate(tmp_path / "work", "--eval-temperatures", "hot")
     assert exit_info.value.code == 2
     assert "expected a comma list of temperatures" in capsys.readouterr().err
+
+    bad_devices = [("tpu", "choose cpu or a CUDA device"),
+                   ("gpu:x", "--device 'gpu:x': choose cpu")]
+    if not torch.cuda.is_available():
+        bad_devices.append(("cuda", "no CUDA device is available here"))
+    for device, message in bad_devices:
+        with pytest.raises(SystemExit) as exit_info:
+            cli.main(["train", "--workdir", str(tmp_path / "work"), "--stages", "train",
+                      "--device", device])
+        assert exit_info.value.code == 2
+        assert message in capsys.readouterr().err, device

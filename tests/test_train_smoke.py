@@ -285,6 +285,9 @@ def test_training_precision_follows_the_cpu(monkeypatch):
     assert TrainingPrecision("bfloat16").name == "bfloat16"  # asked for: the CPU does not matter
     with pytest.raises(ValueError, match="compute dtype 'float16'"):
         TrainingPrecision("float16")
+    monkeypatch.setattr(cpu_features, "native_bf16", lambda: False)
+    assert TrainingPrecision(device="cuda").name == "bfloat16"  # a GPU does not ask the CPU
+    assert TrainingPrecision(device="cuda").device_type == "cuda"
 
 
 @pytest.mark.parametrize("vocab, steps", [(2048, 12), (None, 2)])
@@ -307,3 +310,62 @@ def test_float32_training_of_a_bf16_target_learns_like_bf16(store, tmp_path, smo
     assert abs(bf16[0] - fp32[0]) < 0.05 * bf16[0]  # same model, same batch: rounding only
     if steps > 3:
         assert sum(fp32[-3:]) < 0.9 * sum(fp32[:3])  # and float32 learns
+
+
+class _Clock:
+    """A clock that moves 0.5 s at every reading, so the time budget is deterministic."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def perf_counter(self):
+        self.now += 0.5
+        return self.now
+
+
+def test_time_budget_fits_the_schedule_and_survives_a_resume(store, tmp_path, smollm_bf16,
+                                                            monkeypatch):
+    from dflash_plugin.train import trainer as trainer_module
+    from dflash_plugin.train.trainer import CALIBRATION_STEPS, lr_at
+
+    model, _ = smollm_bf16
+    monkeypatch.setattr(trainer_module, "time", _Clock())
+    # 30 epochs would be 60 steps; the budget at ~0.5 s a step allows about 30
+    trainer = Trainer(_config(store, tmp_path, time_budget_s=15.0, save_every=5), model)
+    assert trainer.total_steps == 60
+    trainer.run()
+    assert CALIBRATION_STEPS < trainer.total_steps < 40
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").open()]
+    assert len(rows) == trainer.step == trainer.total_steps  # it stopped where the schedule ends
+    assert rows[-1]["lr"] == pytest.approx(lr_at(trainer.step - 1, trainer.total_steps,
+                                                 trainer.cfg))
+    assert rows[-1]["lr"] < 0.05 * trainer.cfg.lr
+    resumed = Trainer(_config(store, tmp_path), model)  # the refitted schedule is kept
+    assert (resumed.step, resumed.total_steps) == (trainer.step, trainer.total_steps)
+    with pytest.raises(ValueError, match="time budget"):
+        Trainer(_config(store, tmp_path / "bad", time_budget_s=0.0), model)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_training_on_cuda_matches_the_cpu(store, tmp_path, smollm_bf16):
+    """The drafter and the online target on the GPU: the same sequences, anchors and losses as
+    on the CPU up to bf16 kernel rounding, and the loss falls there too."""
+    import copy
+
+    model, _ = smollm_bf16
+    losses = {}
+    for device in ("cpu", "cuda"):
+        target = copy.deepcopy(model).to(device)
+        online = OnlineFeatures(target, store / "responses.jsonl", [1, 8, 14, 20, 27])
+        trainer = Trainer(_config(store, tmp_path / device, max_steps=30, device=device),
+                          target, online)
+        trainer.run()
+        assert trainer.drafter.fc.weight.device.type == device
+        losses[device] = [json.loads(line)["loss"]
+                          for line in (tmp_path / device / "metrics.jsonl").open()]
+    cpu, cuda = losses["cpu"], losses["cuda"]
+    assert abs(cpu[0] - cuda[0]) < 0.02 * cpu[0]
+    assert sum(cuda[-5:]) < 0.8 * sum(cuda[:5])
+    reloaded = load_drafter(tmp_path / "cuda" / "checkpoint", dtype=torch.float32)
+    assert reloaded.fc.weight.device.type == "cpu"

@@ -69,6 +69,12 @@ def add_arguments(p):
                    help="how the drafter computes while training (default: bf16 autocast, or "
                         "float32 on a CPU without native bf16, where bf16 matmuls run in "
                         "software and are several times slower)")
+    p.add_argument("--device", type=parse_device, default="cpu",
+                   help="train stage: where the drafter and the online target run: cpu "
+                        "(default) or a CUDA device (cuda, cuda:1); the other stages run on the CPU")
+    p.add_argument("--time-budget", type=float, metavar="MINUTES",
+                   help="train stage: fit the learning-rate schedule to this much wall time "
+                        "(measured over the first steps) instead of --epochs, and stop there")
     p.add_argument("--init-from", help="continue from this drafter checkpoint (fresh schedule); "
                    "one with fewer layers than --num-draft-layers is grown by layers that start "
                    "as the identity")
@@ -100,6 +106,19 @@ def parse_sources(text: str) -> list[str]:
         raise argparse.ArgumentTypeError(f"unknown prompt source(s) {', '.join(unknown) or text!r};"
                                          f" choose from {', '.join(SOURCE_NAMES)}")
     return names
+
+
+def parse_device(text: str) -> str:
+    try:
+        kind = torch.device(text).type
+    except RuntimeError:
+        kind = None
+    if kind not in ("cpu", "cuda"):
+        raise argparse.ArgumentTypeError(f"--device {text!r}: choose cpu or a CUDA device "
+                                         "(cuda, cuda:1)")
+    if kind == "cuda" and not torch.cuda.is_available():
+        raise argparse.ArgumentTypeError(f"--device {text!r}: no CUDA device is available here")
+    return text
 
 
 def parse_temperatures(text: str) -> tuple[float, ...]:
@@ -178,7 +197,7 @@ def run(args) -> int:
     needs_model = bool({"features", "train", "evaluate"} & set(stages)) or full_vocab_export
     # The target runs in the training's compute dtype: bf16, or float32 where bf16 is emulated.
     from dflash_plugin.train.trainer import TrainingPrecision
-    precision = TrainingPrecision(args.compute_dtype)
+    precision = TrainingPrecision(args.compute_dtype, args.device)
     target_dtype = getattr(torch, precision.name)
     target, tokenizer = load_target(target_path, dtype=target_dtype) if needs_model else (None, None)
     if "features" in stages:
@@ -188,6 +207,7 @@ def run(args) -> int:
                             max_len=args.max_len, target_name=str(target_path))
     if "train" in stages:
         from dflash_plugin.train.trainer import TrainConfig, Trainer
+        target.to(args.device)
         cfg = TrainConfig(store=str(work / "features"), out_dir=str(work / "run"),
                           num_draft_layers=args.num_draft_layers, block_size=args.block_size,
                           mask_token_id=args.mask_token_id if args.mask_token_id is not None
@@ -197,7 +217,9 @@ def run(args) -> int:
                           lr=args.lr, seed=args.seed, max_steps=args.max_steps,
                           gamma=args.gamma, init_from=args.init_from,
                           distill_weight=args.distill_weight, compute_dtype=precision.name,
-                          anchor_sampling=args.anchor_sampling)
+                          anchor_sampling=args.anchor_sampling, device=args.device,
+                          time_budget_s=None if args.time_budget is None
+                          else 60 * args.time_budget)
         online = None
         if args.online_features:
             from dflash_plugin.train.feature_store import OnlineFeatures
@@ -211,7 +233,7 @@ def run(args) -> int:
         held_out = prompt_set.spread_over_categories(prompt_set.read_jsonl(eval_prompts_file),
                                                      args.eval_limit)
         eval_dtype = getattr(torch, args.eval_dtype)
-        target = target.to(eval_dtype)
+        target = target.to("cpu", eval_dtype)
         if args.eval_draft:
             from dflash_plugin.draft_vocab import load_drafter_for_target
             drafter = load_drafter_for_target(target, args.eval_draft, eval_dtype)
@@ -226,7 +248,7 @@ def run(args) -> int:
         from dflash_plugin.checkpoint import load_drafter
         from dflash_plugin.train.export import export_drafter
         drafter = load_drafter(work / "run" / "checkpoint", dtype=torch.float32)
-        head = target.get_output_embeddings().weight.data.float() if full_vocab_export else None
+        head = target.get_output_embeddings().weight.data.float().cpu() if full_vocab_export else None
         export_drafter(drafter, head, args.export, vocab=args.export_vocab)
         for extra in ("eval.json", "PROVENANCE.txt"):
             if (work / extra).is_file():

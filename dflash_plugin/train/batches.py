@@ -29,6 +29,14 @@ class BlockBatch:
     context_len: int
     num_blocks: int
 
+    def to(self, device) -> "BlockBatch":
+        """The same batch with its tensors on `device` (the layout is built on the CPU)."""
+        mask = BlockwiseMask(self.blockwise_mask.context_visible.to(device),
+                             self.blockwise_mask.block_size)
+        return BlockBatch(self.block_ids.to(device), self.block_positions.to(device),
+                          self.labels.to(device), self.weights.to(device), mask,
+                          self.context_len, self.num_blocks)
+
     @property
     def attn_mask(self) -> torch.Tensor:
         """The same mask, dense [N*B, S + N*B] boolean (reference and tests)."""
@@ -69,8 +77,9 @@ def draft_block_batch(drafter, embed, batch: BlockBatch, context: torch.Tensor) 
     """The drafter's hidden states [N*B, H] for every block of `batch` in one pass: each block
     sees the fused target `context` [1, S, H] before its anchor and all of itself, as decoding
     would see it there."""
+    context_positions = torch.arange(batch.context_len, device=context.device)[None]
     return drafter(embed(batch.block_ids)[None], context, batch.block_positions[None],
-                   torch.arange(batch.context_len)[None], attn_mask=batch.blockwise_mask)[0]
+                   context_positions, attn_mask=batch.blockwise_mask)[0]
 
 
 def leading_matches(correct: torch.Tensor, block_size: int) -> torch.Tensor:

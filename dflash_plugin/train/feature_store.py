@@ -50,7 +50,7 @@ def target_features(target, capture: FeatureCapture, ids: list[int]) -> torch.Te
     deepest = capture.layers[max(capture.layer_ids)]
     handle = deepest.register_forward_hook(stop)  # registered after capture's own hook
     try:
-        target.model(torch.tensor([ids]), use_cache=False)
+        target.model(torch.tensor([ids], device=target.device), use_cache=False)
     except _EnoughLayers:
         pass
     finally:
@@ -120,7 +120,8 @@ class OnlineFeatures:
         """The features, and the target's final (normed) hidden states [len, H] of the same
         pass, from which its next-token distributions follow (distillation)."""
         with torch.no_grad(), self._capture.active():
-            final = self._target.model(torch.tensor([seq.input_ids]), use_cache=False)
+            final = self._target.model(torch.tensor([seq.input_ids], device=self._target.device),
+                                       use_cache=False)
             return (self._capture.take()[0].to(torch.bfloat16),
                     final.last_hidden_state[0].to(torch.bfloat16))
 
@@ -156,7 +157,7 @@ def build_feature_store(target, responses_file: str | Path, store: str | Path,
             if ids is None:
                 continue
             feats = target_features(target, capture, ids)
-            rows.write(feats.view(torch.uint16).numpy().tobytes())
+            rows.write(feats.cpu().view(torch.uint16).numpy().tobytes())
             rows.flush()
             index.write(json.dumps({"id": rec["id"], "category": rec["category"],
                                     "offset": offset, "length": len(ids),

@@ -73,9 +73,15 @@ class TrainConfig:
     # Where anchors fall: "uniform" over the answer (the paper), or "block-starts": weighted
     # towards the positions where greedy decoding starts its blocks (train/block_starts.py).
     anchor_sampling: str = "uniform"
+    # "cpu" or a CUDA device ("cuda", "cuda:1"); the target given to the trainer must sit there.
+    device: str = "cpu"
+    # Wall-clock budget: after `CALIBRATION_STEPS` steps the schedule is refitted so that it
+    # ends when the budget does (None: the schedule of `epochs`).
+    time_budget_s: float | None = None
 
 
 ANCHOR_SAMPLINGS = ("uniform", "block-starts")
+CALIBRATION_STEPS = 20
 
 
 class TrainingPrecision:
@@ -87,15 +93,17 @@ class TrainingPrecision:
 
     CHOICES = ("bfloat16", "float32")
 
-    def __init__(self, name: str | None = None):
-        name = name or default_cpu_dtype() or "bfloat16"
+    def __init__(self, name: str | None = None, device: str = "cpu"):
+        self.device_type = torch.device(device).type
+        if name is None:  # GPUs have bf16 tensor cores; a CPU may lack native bf16
+            name = "bfloat16" if self.device_type != "cpu" else default_cpu_dtype() or "bfloat16"
         if name not in self.CHOICES:
             raise ValueError(f"compute dtype {name!r}: choose from {', '.join(self.CHOICES)}")
         self.name = name
         self.autocast_bf16 = name == "bfloat16"
 
     def autocast(self):
-        return torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.autocast_bf16)
+        return torch.autocast(self.device_type, dtype=torch.bfloat16, enabled=self.autocast_bf16)
 
     def inputs(self, tensor: torch.Tensor) -> torch.Tensor:
         return tensor if self.autocast_bf16 else tensor.float()
@@ -181,7 +189,7 @@ def teacher_log_probs(drafter: DFlashDraftModel, final_hidden: torch.Tensor,
     draft vocabulary: the token at position p is predicted from the final hidden state at p-1.
     Rows for the bonus position and past the sequence are clamped copies (their weight is 0)."""
     precision = precision or TrainingPrecision("bfloat16")
-    previous = (block_positions - 1).clamp(0, final_hidden.shape[0] - 1)
+    previous = (block_positions - 1).clamp(0, final_hidden.shape[0] - 1).to(final_hidden.device)
     with precision.autocast():
         logits = drafter.draft_logits(precision.inputs(final_hidden[previous]), target_head).float()
     return logits.log_softmax(-1)
@@ -214,9 +222,12 @@ class Trainer:
         if not self.store.sequences:
             source = "the online feature source" if features is not None else cfg.store
             raise ValueError(f"feature source {source} holds no sequences")
-        self.precision = TrainingPrecision(cfg.compute_dtype)
-        self.embed = self.precision.frozen(target.get_input_embeddings())
-        self.target_head = self.precision.frozen(target.get_output_embeddings())
+        self.device = torch.device(cfg.device)
+        if cfg.time_budget_s is not None and cfg.time_budget_s <= 0:
+            raise ValueError(f"time budget {cfg.time_budget_s} s: give a positive number")
+        self.precision = TrainingPrecision(cfg.compute_dtype, cfg.device)
+        self.embed = self.precision.frozen(target.get_input_embeddings()).to(self.device)
+        self.target_head = self.precision.frozen(target.get_output_embeddings()).to(self.device)
         self.gamma = cfg.gamma or default_gamma(cfg.block_size)
         self.total_steps = math.ceil(cfg.epochs * len(self.store.sequences) / cfg.seqs_per_step)
         self.step = 0
@@ -240,8 +251,16 @@ class Trainer:
                     self.drafter, self.target_head.weight.data.float(), keep).train()
         else:
             self.drafter = init_drafter(cfg, target, self.store).float().train()
+        self.drafter.to(self.device)
         if self.drafter.lm_head is not None:
             self.drafter.lm_head.requires_grad_(False)
+        # target ids -> draft ids (-1 outside the draft vocabulary), for the labels
+        self.target_to_draft = None
+        if self.drafter.d2t is not None:
+            draft_ids = torch.arange(self.drafter.d2t.numel(), device=self.device)
+            self.target_to_draft = torch.full((self.embed.num_embeddings,), -1, dtype=torch.long,
+                                              device=self.device)
+            self.target_to_draft[draft_ids + self.drafter.d2t] = draft_ids
         params = [p for p in self.drafter.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
         self.generator = torch.Generator().manual_seed(cfg.seed)
@@ -252,21 +271,24 @@ class Trainer:
         state = torch.load(self.out / STATE_FILE, weights_only=False)
         self.optimizer.load_state_dict(state["optimizer"])
         self.step = state["step"]
+        self.total_steps = state.get("total_steps", self.total_steps)
         self.generator.set_state(state["generator"])
 
     def save(self):
         save_drafter(self.drafter, self.out / "checkpoint", dtype=torch.float32)
         state = {"optimizer": self.optimizer.state_dict(), "step": self.step,
+                 "total_steps": self.total_steps,
                  "generator": self.generator.get_state(), "config": asdict(self.cfg)}
         torch.save(state, self.out / f"{STATE_FILE}.tmp")
         (self.out / f"{STATE_FILE}.tmp").replace(self.out / STATE_FILE)
 
     def sequence_loss(self, seq) -> tuple[torch.Tensor, dict]:
-        ids = torch.tensor(seq.input_ids)
+        ids = torch.tensor(seq.input_ids)  # on the CPU: anchors and block layout are built there
         if self.cfg.distill_weight:
             features, final_hidden = self.store.features_and_final_hidden(seq)
         else:
             features, final_hidden = self.store.features(seq), None
+        features = features.to(self.device)
         info = {}
         with self.precision.autocast():
             context = self.drafter.fuse_context(self.precision.inputs(features)[None])
@@ -280,15 +302,12 @@ class Trainer:
                 anchors = sample_anchors(seq.prompt_len, seq.length, self.cfg.anchors_per_seq,
                                          self.generator)
             batch = make_block_batch(ids, anchors, self.cfg.block_size, self.cfg.mask_token_id,
-                                     self.gamma)
+                                     self.gamma).to(self.device)
             hidden = draft_block_batch(self.drafter, self.embed, batch, context)
             logits = self.drafter.draft_logits(hidden, self.target_head).float()
         labels, weights = batch.labels, batch.weights
-        if self.drafter.d2t is not None:  # labels outside the draft vocabulary cannot be learned
-            draft_ids = torch.arange(self.drafter.d2t.numel())
-            target_to_draft = torch.full((self.embed.num_embeddings,), -1, dtype=torch.long)
-            target_to_draft[draft_ids + self.drafter.d2t] = draft_ids
-            labels = target_to_draft[labels]
+        if self.target_to_draft is not None:  # labels outside the draft vocabulary: not learned
+            labels = self.target_to_draft[labels]
             weights = weights * (labels >= 0)
             labels = labels.clamp(min=0)
         log_probs = logits.log_softmax(-1)  # shared by the label loss and the KL term
@@ -316,7 +335,11 @@ class Trainer:
         log = (self.out / "metrics.jsonl").open("a")
         bar = tqdm(total=last, initial=self.step, desc="train")
         began = time.perf_counter()
+        started_at = self.step
         while self.step < last:
+            if cfg.time_budget_s is not None and self.step == started_at + CALIBRATION_STEPS:
+                last = self._fit_schedule(time.perf_counter() - began, self.step - started_at)
+                bar.total = last
             first = self.step * cfg.seqs_per_step
             picks = [self._order(i // n)[i % n] for i in range(first, first + cfg.seqs_per_step)]
             for group in self.optimizer.param_groups:
@@ -344,3 +367,14 @@ class Trainer:
                 self.save()
         bar.close()
         return self.drafter
+
+    def _fit_schedule(self, elapsed: float, steps: int) -> int:
+        """Refit the cosine schedule to the time budget from the measured step time, so that
+        the learning rate reaches its floor when the budget ends. Returns the last step."""
+        rate = elapsed / steps
+        self.total_steps = max(self.step + 1,
+                               self.step + int((self.cfg.time_budget_s - elapsed) / rate))
+        print(f"[dflash] {rate:.3f} s a step on {self.device}: {self.total_steps} steps fit the "
+              f"budget of {self.cfg.time_budget_s:.0f} s", flush=True)
+        return (self.total_steps if self.cfg.max_steps is None
+                else min(self.cfg.max_steps, self.total_steps))
