@@ -264,6 +264,7 @@ class Trainer:
         params = [p for p in self.drafter.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
         self.generator = torch.Generator().manual_seed(cfg.seed)
+        self._epoch_order: tuple[int | None, list[int]] = (None, [])
         if (self.out / STATE_FILE).is_file():
             self._resume()
 
@@ -325,8 +326,12 @@ class Trainer:
                       **info}
 
     def _order(self, epoch: int) -> list[int]:
-        g = torch.Generator().manual_seed(self.cfg.seed * 1000 + epoch)
-        return torch.randperm(len(self.store.sequences), generator=g).tolist()
+        """The epoch's sequence order (kept: a step asks for it once per sequence)."""
+        if self._epoch_order[0] != epoch:
+            g = torch.Generator().manual_seed(self.cfg.seed * 1000 + epoch)
+            self._epoch_order = (epoch, torch.randperm(len(self.store.sequences),
+                                                       generator=g).tolist())
+        return self._epoch_order[1]
 
     def run(self):
         cfg = self.cfg
