@@ -41,9 +41,11 @@ class _EnoughLayers(Exception):
     """Raised by a hook once the deepest captured layer has run: the rest is not needed."""
 
 
-def target_features(target, capture: FeatureCapture, ids: list[int]) -> torch.Tensor:
-    """bf16 features [len(ids), n_feat*H] of one sequence, running the target's decoder only up
-    to its deepest captured layer (the layers after it, the norm and the LM head are skipped)."""
+def target_features(target, capture: FeatureCapture, ids: list[int],
+                    dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
+    """Features [len(ids), n_feat*H] of one sequence (bf16, as stored), running the target's
+    decoder only up to its deepest captured layer (the layers after it, the norm and the LM
+    head are skipped)."""
     def stop(*_):
         raise _EnoughLayers
 
@@ -55,7 +57,7 @@ def target_features(target, capture: FeatureCapture, ids: list[int]) -> torch.Te
         pass
     finally:
         handle.remove()
-    return capture.take()[0].to(torch.bfloat16)
+    return capture.take()[0].to(dtype)
 
 
 def _trainable(record: dict, max_len: int) -> list[int] | None:

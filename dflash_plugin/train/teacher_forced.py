@@ -1,0 +1,108 @@
+"""Teacher-forced acceptance: how far a drafter's block matches the target's own answer at every
+answer position, from one target pass and one drafter pass per sequence.
+
+Cheap (seconds per sequence, no decoding), so it judges training data before training is spent
+on it: the same drafter on answers from two prompt sources says which one it has learnt, and
+a drafter trained on a source against its start says whether that source carries over to the
+answers that matter (docs/history.md, round 18).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from dflash_plugin.features import FeatureCapture
+from dflash_plugin.ngram import find_ngram_draft
+from dflash_plugin.train.batches import draft_block_batch, leading_matches, make_block_batch
+from dflash_plugin.train.feature_store import target_features
+
+
+def answer_sequences(records: list[dict], answer_tokens: int) -> list[tuple[list[int], int]]:
+    """(prompt + first `answer_tokens` answer ids, prompt length) per record with at least two
+    answer tokens (a block needs an anchor and one token after it)."""
+    out = []
+    for r in records:
+        answer = r["response_ids"][:answer_tokens]
+        if len(answer) >= 2:
+            out.append((list(r["prompt_ids"]) + list(answer), len(r["prompt_ids"])))
+    return out
+
+
+@torch.no_grad()
+def block_acceptance(drafter, embed, head, features: torch.Tensor, ids: list[int],
+                     prompt_len: int) -> torch.Tensor:
+    """Accepted length (1 + leading matches, the bonus counted) of the block the drafter
+    writes at each answer position but the last, given the target's features [len(ids), F]:
+    at T=0 what decoding accepts when a block starts there."""
+    dtype = next(drafter.parameters()).dtype
+    context = drafter.fuse_context(features.to(dtype)[None])
+    batch = make_block_batch(torch.tensor(ids), torch.arange(prompt_len, len(ids) - 1),
+                             drafter.block_size, drafter.mask_token_id, gamma=1.0)
+    hidden = draft_block_batch(drafter, lambda t: embed(t).to(dtype), batch, context)
+    guess = drafter.to_target_ids(drafter.draft_logits(hidden, head).argmax(-1))
+    correct = (guess == batch.labels) & (batch.weights > 0)
+    return 1 + leading_matches(correct, drafter.block_size)
+
+
+def ngram_acceptance(ids: list[int], prompt_len: int, block_size: int) -> torch.Tensor:
+    """The same for a prompt-lookup draft of block_size - 1 tokens (vLLM's n-gram lookup,
+    n = 2..4) from the history up to and including each anchor; 1 where nothing matches."""
+    tokens = np.asarray(ids)
+    out = torch.ones(len(ids) - 1 - prompt_len, dtype=torch.long)
+    for i, anchor in enumerate(range(prompt_len, len(ids) - 1)):
+        match = find_ngram_draft(tokens[:anchor + 1], block_size - 1)
+        if match is None:
+            continue
+        truth = tokens[anchor + 1:anchor + block_size]
+        hits = np.cumprod(match.tokens[:truth.shape[0]] == truth)
+        out[i] = 1 + int(hits.sum())
+    return out
+
+
+@torch.no_grad()
+def teacher_forced_tau(target, drafters: dict, sequences: list[tuple[list[int], int]],
+                       ngram: bool = False) -> dict[str, dict]:
+    """Per drafter: mean accepted length over blocks anchored at every answer position but the
+    last, pooled over sequences; how many blocks accepted each length (1..block); and the
+    per-sequence means. Drafters reading the same target layers share the target pass.
+    `ngram`: also prompt lookup ("ngram") and, per drafter, the better of the two at each
+    anchor ("NAME|ngram", what a perfect per-step choice between them reaches)."""
+    if not sequences:
+        raise ValueError("no sequence with an answer to draft")
+    embed = target.get_input_embeddings()
+    head = target.get_output_embeddings()
+    captures = {}
+    block = {name: d.block_size for name, d in drafters.items()}
+    if ngram:
+        size = max(block.values())
+        block |= {"ngram": size} | {f"{name}|ngram": size for name in drafters}
+    sums = {name: [0.0, 0] for name in block}
+    lengths = {name: torch.zeros(size + 1, dtype=torch.long) for name, size in block.items()}
+    per_seq = {name: [] for name in block}
+
+    def add(name, accepted):
+        sums[name][0] += float(accepted.sum())
+        sums[name][1] += accepted.numel()
+        lengths[name] += torch.bincount(accepted.long(), minlength=lengths[name].numel())
+        per_seq[name].append(round(float(accepted.float().mean()), 4))
+
+    for ids, prompt_len in sequences:
+        feats = {}
+        if ngram:
+            lookup = ngram_acceptance(ids, prompt_len, block["ngram"])
+            add("ngram", lookup)
+        for name, drafter in drafters.items():
+            layers = tuple(drafter.fields.target_layer_ids)
+            if layers not in feats:
+                capture = captures.setdefault(layers, FeatureCapture(target, layers))
+                with capture.active():
+                    feats[layers] = target_features(target, capture, ids, target.dtype)
+            accepted = block_acceptance(drafter, embed, head, feats[layers], ids, prompt_len)
+            add(name, accepted)
+            if ngram:
+                add(f"{name}|ngram", torch.maximum(accepted, lookup))
+    return {name: {"tau": round(total / count, 4), "blocks": count,
+                   "accepted_lengths": lengths[name][1:].tolist(),
+                   "per_sequence": per_seq[name]}
+            for name, (total, count) in sums.items()}

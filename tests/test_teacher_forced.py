@@ -1,0 +1,78 @@
+"""Teacher-forced acceptance predicts decoding: on the target's own greedy answer, the block
+the drafter writes at each position decoding anchored a block on is accepted exactly as far as
+speculative decoding accepted it (real SmolLM2, shipped drafter, float32)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from dflash_plugin.features import FeatureCapture
+from dflash_plugin.generate import SpecDecoder
+from dflash_plugin.train.feature_store import target_features
+from dflash_plugin.train.teacher_forced import (
+    answer_sequences,
+    block_acceptance,
+    ngram_acceptance,
+    teacher_forced_tau,
+)
+from core_helpers import EOS
+
+pytestmark = pytest.mark.slow
+
+
+def test_teacher_forced_acceptance_matches_decoding(target_f32, shipped_drafter_f32,
+                                                    chat_prompts):
+    drafter = shipped_drafter_f32
+    matched = compared = 0
+    for prompt in chat_prompts[:3]:
+        out = SpecDecoder(target_f32, drafter).generate(prompt, 48, stop_token_ids={EOS})
+        ids = prompt[0].tolist() + out.token_ids
+        prompt_len = prompt.shape[1]
+        capture = FeatureCapture(target_f32, drafter.fields.target_layer_ids)
+        with capture.active():
+            feats = target_features(target_f32, capture, ids, torch.float32)
+        accepted = block_acceptance(drafter, target_f32.get_input_embeddings(),
+                                    target_f32.get_output_embeddings(), feats, ids, prompt_len)
+        assert accepted.numel() == len(out.token_ids) - 1
+        anchor = 0  # answer position of the bonus token each decoding step drafted after
+        for step_accepted in out.stats.accept_lengths[:-1]:  # the last is cut by the length
+            compared += 1
+            matched += int(accepted[anchor]) == step_accepted
+            anchor += step_accepted
+    assert compared >= 10
+    assert matched == compared
+
+
+def test_teacher_forced_tau_pools_blocks_and_checks_input(target_f32, shipped_drafter_f32):
+    records = [{"prompt_ids": [1, 9, 4, 5], "response_ids": list(range(20, 40))},
+               {"prompt_ids": [1, 7], "response_ids": [30]}]       # too short: skipped
+    seqs = answer_sequences(records, answer_tokens=12)
+    assert seqs == [([1, 9, 4, 5] + list(range(20, 32)), 4)]
+    res = teacher_forced_tau(target_f32, {"a": shipped_drafter_f32, "b": shipped_drafter_f32},
+                             seqs)
+    assert res["a"]["blocks"] == 11 and res["a"] == res["b"]
+    assert sum(res["a"]["accepted_lengths"]) == 11 and len(res["a"]["accepted_lengths"]) == 16
+    hist = res["a"]["accepted_lengths"]
+    assert sum((k + 1) * c for k, c in enumerate(hist)) / 11 == pytest.approx(res["a"]["tau"],
+                                                                             abs=1e-4)
+    assert 1.0 <= res["a"]["tau"] <= 16.0
+    with pytest.raises(ValueError):
+        teacher_forced_tau(target_f32, {"a": shipped_drafter_f32}, [])
+
+
+def test_ngram_acceptance_follows_prompt_lookup():
+    # prompt 1 2 | answer 5 6 7 5 6 7 5 9: from the second "5 6" on, lookup copies "7 5 6 7..."
+    ids = [1, 2, 5, 6, 7, 5, 6, 7, 5, 9]
+    got = ngram_acceptance(ids, prompt_len=2, block_size=4).tolist()
+    # anchors at positions 2..8: no earlier bigram until "5 6" recurs at position 6
+    assert got == [1, 1, 1, 1, 3, 2, 1]
+
+
+def test_teacher_forced_tau_with_ngram_takes_the_better_per_anchor(target_f32,
+                                                                    shipped_drafter_f32):
+    seqs = [([1, 9, 4, 5] + [20, 21, 22, 23] * 4, 4)]
+    res = teacher_forced_tau(target_f32, {"a": shipped_drafter_f32}, seqs, ngram=True)
+    assert set(res) == {"a", "ngram", "a|ngram"}
+    assert res["a|ngram"]["tau"] >= max(res["a"]["tau"], res["ngram"]["tau"])
+    assert res["ngram"]["tau"] > 3  # a repeating answer is copied once it has repeated
