@@ -27,7 +27,9 @@ def add_arguments(p):
     p.add_argument("--compare", action="store_true",
                    help="also decode without speculation and report the speedup")
     p.add_argument("--speculative-algorithm", default="DFLASH", type=str.upper,
-                   choices=["DFLASH", "DDTREE"], help="linear blocks or draft trees")
+                   choices=["DFLASH", "DDTREE", "LOOKUP_TREE"],
+                   help="linear blocks, draft trees, or the drafter's block and a prompt-lookup "
+                        "continuation verified together as a two-branch tree")
     p.add_argument("--tree-budget", type=int, default=32, help="DDTREE: nodes per draft tree")
     p.add_argument("--temperature", type=float, default=0.0)
     p.add_argument("--top-p", type=float, default=1.0)
@@ -65,6 +67,9 @@ def build_decoder(args, target):
     if args.speculative_algorithm == "DDTREE":
         from dflash_plugin.tree_decode import TreeDecoder
         return TreeDecoder(target, drafter, budget=args.tree_budget, block_size=args.block_size).generate
+    if args.speculative_algorithm == "LOOKUP_TREE":
+        from dflash_plugin.lookup_tree import LookupTreeDecoder
+        return LookupTreeDecoder(target, drafter, block_size=args.block_size).generate
     decoder_class = SpecDecoder
     if args.draft_policy == "adaptive":
         from dflash_plugin.adaptive_decode import AdaptiveSpecDecoder as decoder_class

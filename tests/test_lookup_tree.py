@@ -1,0 +1,103 @@
+"""The two-branch (drafter + prompt lookup) tree on the reference path: greedy output equal to
+plain decoding on the real target, the lookup branch accepted where the answer copies, and a
+round at T=1 drawing the target's distribution."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from dflash_plugin.generate import SpecDecoder, generate_plain
+from dflash_plugin.lookup_tree import LookupTreeDecoder, two_branch_tree
+from dflash_plugin.prompt_io import encode_user_turn
+from dflash_plugin.sampling import SamplingParams
+from core_helpers import EOS, PLAIN_MAX_NEW
+
+pytestmark = pytest.mark.slow
+
+
+def test_two_branch_tree_shares_a_common_prefix():
+    tree = two_branch_tree(7, [[1, 2, 3], [1, 5], []])
+    assert tree.tokens == [7, 1, 2, 3, 5]
+    assert tree.parents == [-1, 0, 1, 2, 1]
+    assert tree.depths == [0, 1, 2, 3, 2]
+    assert tree.children == [{1: 1}, {2: 2, 5: 4}, {3: 3}, {}, {}]
+
+
+def test_greedy_output_equals_plain_decoding(target_f32, shipped_drafter_f32, chat_prompts,
+                                             plain_results):
+    decoder = LookupTreeDecoder(target_f32, shipped_drafter_f32)
+    for i in range(3):
+        out = decoder.generate(chat_prompts[i], PLAIN_MAX_NEW, stop_token_ids={EOS})
+        assert out.token_ids == plain_results(i).token_ids, i
+
+
+def test_lookup_branch_wins_where_the_answer_copies(target_f32, tokenizer, shipped_drafter_f32):
+    text = ("Repeat this sentence exactly three times: The quick brown fox jumps over the lazy "
+            "dog near the old river bank.")
+    ids = torch.tensor([encode_user_turn(tokenizer, text)])
+    plain = generate_plain(target_f32, ids, 64, stop_token_ids={EOS})
+    chain = SpecDecoder(target_f32, shipped_drafter_f32).generate(ids, 64, stop_token_ids={EOS})
+    decoder = LookupTreeDecoder(target_f32, shipped_drafter_f32)
+    both = decoder.generate(ids, 64, stop_token_ids={EOS})
+    assert both.token_ids == plain.token_ids == chain.token_ids
+    assert decoder.lookup_wins >= 1
+    assert both.num_target_passes < chain.num_target_passes
+
+
+def test_a_round_at_t1_samples_the_target_distribution(smollm_f32, shipped_drafter_f32):
+    """A two-branch round (drafter a1 -> b1, lookup a2) from one prefilled state, many seeds,
+    against the exact law of the round's output (tests/test_tree_lossless.py's check)."""
+    import copy
+    from collections import Counter
+
+    from transformers import DynamicCache
+
+    from test_tree_lossless import SAMPLING, chi_square_pvalue, round_law
+
+    target, tokenizer = smollm_f32
+    prompt = tokenizer("My favourite fruit is")["input_ids"]
+    start = len(prompt)
+    top2 = lambda seq: torch.topk(target(torch.tensor([prompt + seq])).logits[0, -1],  # noqa: E731
+                                  2).indices.tolist()
+    with torch.inference_mode():
+        bonus = top2([])[0]
+        a1, a2 = top2([bonus])
+        b1 = top2([bonus, a1])[0]
+
+        class Fixed(LookupTreeDecoder):
+            def draft_tree(self, bonus, start, context, cache, block):
+                self._round = ([a1, b1], [a2])
+                return two_branch_tree(bonus, [[a1, b1], [a2]])
+
+        decoder = Fixed(target, shipped_drafter_f32)
+        tree = decoder.draft_tree(bonus, start, None, None, 3)
+        law = round_law(target, prompt + [bonus], tree)
+        prefilled = DynamicCache(config=target.config)
+        target(torch.tensor([prompt]), past_key_values=prefilled, use_cache=True)
+        runs, counts = 200, Counter()
+        with decoder.capture.active():
+            for seed in range(runs):
+                decoder._history = list(prompt)
+                verdict, _, _ = decoder.speculate(bonus, start, None,
+                                                  (copy.deepcopy(prefilled), None), 3,
+                                                  SAMPLING,
+                                                  torch.Generator().manual_seed(seed))
+                counts[tuple(verdict.accepted_tokens + [verdict.bonus_token])] += 1
+    assert set(counts) <= set(law), "outputs outside the target's support"
+    assert chi_square_pvalue(counts, law, runs) > 1e-3
+    assert decoder.lookup_wins > 0 and decoder.lookup_rounds == runs
+
+
+def test_cli_generate_runs_the_lookup_tree(smollm_f32, monkeypatch, capsys):
+    import json
+
+    from dflash_cli.main import main as cli_main
+
+    monkeypatch.setattr("dflash_plugin.target.load_target", lambda path, dtype: smollm_f32)
+    code = cli_main(["generate", "--prompt", "Say 'one two three' twice.", "--dtype", "float32",
+                     "--speculative-algorithm", "lookup_tree", "--max-new-tokens", "24",
+                     "--compare"])
+    assert code == 0
+    row = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert row["identical_to_baseline"] and 1 <= len(row["token_ids"]) <= 24
