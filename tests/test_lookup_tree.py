@@ -10,7 +10,6 @@ import torch
 from dflash_plugin.generate import SpecDecoder, generate_plain
 from dflash_plugin.lookup_tree import LookupTreeDecoder, two_branch_tree
 from dflash_plugin.prompt_io import encode_user_turn
-from dflash_plugin.sampling import SamplingParams
 from core_helpers import EOS, PLAIN_MAX_NEW
 
 pytestmark = pytest.mark.slow
@@ -48,12 +47,7 @@ def test_lookup_branch_wins_where_the_answer_copies(target_f32, tokenizer, shipp
 def test_a_round_at_t1_samples_the_target_distribution(smollm_f32, shipped_drafter_f32):
     """A two-branch round (drafter a1 -> b1, lookup a2) from one prefilled state, many seeds,
     against the exact law of the round's output (tests/test_tree_lossless.py's check)."""
-    import copy
-    from collections import Counter
-
-    from transformers import DynamicCache
-
-    from test_tree_lossless import SAMPLING, chi_square_pvalue, round_law
+    from test_tree_lossless import chi_square_pvalue, round_law, round_outputs
 
     target, tokenizer = smollm_f32
     prompt = tokenizer("My favourite fruit is")["input_ids"]
@@ -73,17 +67,9 @@ def test_a_round_at_t1_samples_the_target_distribution(smollm_f32, shipped_draft
         decoder = Fixed(target, shipped_drafter_f32)
         tree = decoder.draft_tree(bonus, start, None, None, 3)
         law = round_law(target, prompt + [bonus], tree)
-        prefilled = DynamicCache(config=target.config)
-        target(torch.tensor([prompt]), past_key_values=prefilled, use_cache=True)
-        runs, counts = 200, Counter()
-        with decoder.capture.active():
-            for seed in range(runs):
-                decoder._history = list(prompt)
-                verdict, _, _ = decoder.speculate(bonus, start, None,
-                                                  (copy.deepcopy(prefilled), None), 3,
-                                                  SAMPLING,
-                                                  torch.Generator().manual_seed(seed))
-                counts[tuple(verdict.accepted_tokens + [verdict.bonus_token])] += 1
+        runs = 200
+        counts = round_outputs(decoder, target, prompt, bonus, runs,
+                               before_round=lambda: setattr(decoder, "_history", list(prompt)))
     assert set(counts) <= set(law), "outputs outside the target's support"
     assert chi_square_pvalue(counts, law, runs) > 1e-3
     assert decoder.lookup_wins > 0 and decoder.lookup_rounds == runs

@@ -229,6 +229,23 @@ def chi_square_pvalue(counts: dict, law: dict, runs: int) -> float:
     return chisquare(observed, expected).pvalue
 
 
+def round_outputs(decoder, target, prompt: list[int], bonus: int, runs: int,
+                  before_round=lambda: None) -> Counter:
+    """Outputs (accepted tokens + bonus) of `runs` seeded 3-token rounds, each from the same
+    prefilled cache (SAMPLING); `before_round` resets any per-request state of the decoder."""
+    prefilled = DynamicCache(config=target.config)
+    target(torch.tensor([prompt]), past_key_values=prefilled, use_cache=True)
+    counts = Counter()
+    with decoder.capture.active():
+        for seed in range(runs):
+            before_round()
+            caches = (copy.deepcopy(prefilled), None)
+            verdict, _, _ = decoder.speculate(bonus, len(prompt), None, caches, 3, SAMPLING,
+                                              torch.Generator().manual_seed(seed))
+            counts[tuple(verdict.accepted_tokens + [verdict.bonus_token])] += 1
+    return counts
+
+
 def test_tree_round_at_t1_samples_the_target_distribution(model, drafter):
     """Many rounds from one prefilled state (a round costs one target pass, a whole request
     three) against the exact law of the round's output."""
@@ -243,15 +260,8 @@ def test_tree_round_at_t1_samples_the_target_distribution(model, drafter):
         tree = decoder.draft_tree(bonus, start, None, None, block=3)
         assert tree.depths == [0, 1, 1, 2] and tree.parents == [-1, 0, 0, 1]
         law = round_law(target, prompt + [bonus], tree)
-        prefilled = DynamicCache(config=target.config)
-        target(torch.tensor([prompt]), past_key_values=prefilled, use_cache=True)
-        runs, counts = 200, Counter()
-        with decoder.capture.active():
-            for seed in range(runs):
-                caches = (copy.deepcopy(prefilled), None)
-                verdict, _, _ = decoder.speculate(bonus, start, None, caches, 3, SAMPLING,
-                                                  torch.Generator().manual_seed(seed))
-                counts[tuple(verdict.accepted_tokens + [verdict.bonus_token])] += 1
+        runs = 200
+        counts = round_outputs(decoder, target, prompt, bonus, runs)
     assert set(counts) <= set(law), "outputs outside the target's support"
     assert chi_square_pvalue(counts, law, runs) > 1e-3
     assert sum(counts[s] for s in law if len(s) == 3) > runs // 10  # accepted two deep
