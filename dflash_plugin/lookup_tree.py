@@ -28,14 +28,7 @@ def two_branch_tree(root: int, branches: list[list[int]]) -> DraftTree:
         node = 0
         for token in branch:
             child = tree.children[node].get(token)
-            if child is None:
-                child = tree.num_nodes
-                tree.tokens.append(token)
-                tree.parents.append(node)
-                tree.depths.append(tree.depths[node] + 1)
-                tree.children.append({})
-                tree.children[node][token] = child
-            node = child
+            node = child if child is not None else tree.add(node, token)
     return tree
 
 

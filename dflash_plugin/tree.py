@@ -34,6 +34,16 @@ class DraftTree:
     def num_drafted(self) -> int:
         return len(self.tokens) - 1
 
+    def add(self, parent: int, token: int) -> int:
+        """Append a node drafting `token` under `parent`; returns its index."""
+        node = self.num_nodes
+        self.tokens.append(token)
+        self.parents.append(parent)
+        self.depths.append(self.depths[parent] + 1)
+        self.children.append({})
+        self.children[parent][token] = node
+        return node
+
 
 def top_candidates(log_probs: torch.Tensor, budget: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Top-K log-probs and their (draft-vocabulary) ids per depth, sorted: ([L, K], [L, K])."""
@@ -63,13 +73,7 @@ def build_tree(root_token: int, top_log_probs: torch.Tensor, top_ids: torch.Tens
     pushes = 1
     while heap and tree.num_drafted < budget:
         neg, _, parent, d, rank = heapq.heappop(heap)
-        node = tree.num_nodes
-        token = ids[d][rank]
-        tree.tokens.append(token)
-        tree.parents.append(parent)
-        tree.depths.append(d + 1)
-        tree.children.append({})
-        tree.children[parent][token] = node
+        node = tree.add(parent, ids[d][rank])  # its depth is d + 1: parents sit at depth d
         log_q.append(-neg)
         if rank + 1 < k:  # next sibling: this depth's next-ranked token under the same parent
             heapq.heappush(heap, (-(log_q[parent] + scores[d][rank + 1]), pushes, parent, d, rank + 1))

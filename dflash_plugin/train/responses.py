@@ -72,17 +72,24 @@ def _done_ids(path: Path) -> set[str]:
         return {json.loads(line)["id"] for line in f if line.strip()}
 
 
+def offline_llm(target_path: str, dtype: str | None, seed: int, max_model_len: int):
+    """vLLM's offline engine for a batch job on this machine's CPUs."""
+    # Both cores for one batch job (vLLM's CPU default reserves one core for the front end).
+    os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", f"0-{(os.cpu_count() or 1) - 1}")
+    os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
+    from vllm import LLM
+
+    return LLM(model=target_path, dtype=dtype or default_cpu_dtype() or "bfloat16",
+               max_model_len=max_model_len, gpu_memory_utilization=0.5, seed=seed)
+
+
 def _vllm_engine(target_path: str, max_tokens: int, temperature: float, seed: int,
                  dtype: str | None = None, max_model_len: int = 4096):
     """A function prompt ids -> [(answer ids, how it ended)] backed by one vLLM offline
     engine, answering in segments (answer_in_segments)."""
-    # Both cores for one batch job (vLLM's CPU default reserves one core for the front end).
-    os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", f"0-{(os.cpu_count() or 1) - 1}")
-    os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
-    from vllm import LLM, SamplingParams, TokensPrompt
+    from vllm import SamplingParams, TokensPrompt
 
-    llm = LLM(model=target_path, dtype=dtype or default_cpu_dtype() or "bfloat16",
-              max_model_len=max_model_len, gpu_memory_utilization=0.5, seed=seed)
+    llm = offline_llm(target_path, dtype, seed, max_model_len)
 
     def step(requests: list[tuple[list[int], int]]) -> list[tuple[list[int], bool]]:
         # Token ids are all we keep: skipping detokenization frees the front-end process's CPU.

@@ -10,7 +10,6 @@ duplicates of each other, sharing no word 8-gram with and not resembling any eva
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 from collections import Counter
 from dataclasses import dataclass, field
@@ -122,14 +121,11 @@ class SelfPromptFilter:
 
 
 def _vllm_sampler(target: str, dtype: str | None, seed: int):
-    os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", f"0-{(os.cpu_count() or 1) - 1}")
-    os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
-    from vllm import LLM, SamplingParams, TokensPrompt
+    from vllm import SamplingParams, TokensPrompt
 
-    from dflash_plugin.cpu_features import default_cpu_dtype
+    from dflash_plugin.train.responses import offline_llm
 
-    llm = LLM(model=target, dtype=dtype or default_cpu_dtype() or "bfloat16",
-              max_model_len=2048, gpu_memory_utilization=0.5, seed=seed)
+    llm = offline_llm(target, dtype, seed, max_model_len=2048)
 
     def sample(prefix: list[int], seeds: list[int], temperature: float, top_p: float):
         # The engine's seed, not one per request: vLLM-CPU 0.32 fails a seeded request whose

@@ -77,13 +77,10 @@ def teacher_forced_tau(target, drafters: dict, sequences: list[tuple[list[int], 
     if ngram:
         size = max(block.values())
         block |= {"ngram": size} | {f"{name}|ngram": size for name in drafters}
-    sums = {name: [0.0, 0] for name in block}
     lengths = {name: torch.zeros(size + 1, dtype=torch.long) for name, size in block.items()}
     per_seq = {name: [] for name in block}
 
     def add(name, accepted):
-        sums[name][0] += float(accepted.sum())
-        sums[name][1] += accepted.numel()
         lengths[name] += torch.bincount(accepted.long(), minlength=lengths[name].numel())
         per_seq[name].append(round(float(accepted.float().mean()), 4))
 
@@ -102,7 +99,10 @@ def teacher_forced_tau(target, drafters: dict, sequences: list[tuple[list[int], 
             add(name, accepted)
             if ngram:
                 add(f"{name}|ngram", torch.maximum(accepted, lookup))
-    return {name: {"tau": round(total / count, 4), "blocks": count,
-                   "accepted_lengths": lengths[name][1:].tolist(),
-                   "per_sequence": per_seq[name]}
-            for name, (total, count) in sums.items()}
+    out = {}
+    for name, counts in lengths.items():  # counts[k]: blocks that accepted k tokens
+        blocks = int(counts.sum())
+        tau = float((torch.arange(counts.numel()) * counts).sum()) / blocks
+        out[name] = {"tau": round(tau, 4), "blocks": blocks,
+                     "accepted_lengths": counts[1:].tolist(), "per_sequence": per_seq[name]}
+    return out
