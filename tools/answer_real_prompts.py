@@ -73,6 +73,7 @@ def main():
     partial = args.output.with_name(args.output.name.removesuffix(".gz")
                                     .removesuffix(".jsonl") + ".partial.jsonl")
     saved = partial.with_name(partial.name + ".gz")  # a stopped run's answers, as committed
+    partial.parent.mkdir(parents=True, exist_ok=True)  # before the engine's minutes of start-up
     if saved.is_file() and not partial.is_file():
         with gzip.open(saved, "rb") as src, partial.open("wb") as dst:
             shutil.copyfileobj(src, dst)
