@@ -1,6 +1,6 @@
-"""The two-branch (drafter + prompt lookup) tree on the reference path: greedy output equal to
-plain decoding on the real target, the lookup branch accepted where the answer copies, and a
-round at T=1 drawing the target's distribution."""
+"""Draft trees with a prompt-lookup branch on the reference path: greedy output equal to plain
+decoding on the real target, the lookup branch accepted where the answer copies, and a round at
+T=1 drawing the target's distribution."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from dflash_plugin.generate import SpecDecoder, generate_plain
-from dflash_plugin.lookup_tree import LookupTreeDecoder, two_branch_tree
+from dflash_plugin.lookup_tree import LookupTreeDecoder, graft, two_branch_tree
+from dflash_plugin.tree import build_tree
 from dflash_plugin.prompt_io import encode_user_turn
 from core_helpers import EOS, PLAIN_MAX_NEW
 
@@ -23,9 +24,22 @@ def test_two_branch_tree_shares_a_common_prefix():
     assert tree.children == [{1: 1}, {2: 2, 5: 4}, {3: 3}, {}, {}]
 
 
+def test_graft_reuses_the_drafter_tree_where_the_lookup_agrees():
+    # depth 1: tokens 4 (p .6), 5 (.4); depth 2: token 6 (p 1.0)
+    log_probs = torch.tensor([[0.6, 0.4], [1.0, 1e-9]]).log()
+    ids = torch.tensor([[4, 5], [6, 7]])
+    tree = build_tree(9, log_probs, ids, budget=3)
+    assert tree.tokens == [9, 4, 6, 5]
+    graft(tree, [4, 6, 8])
+    assert tree.tokens == [9, 4, 6, 5, 8] and tree.parents[-1] == 2 and tree.depths[-1] == 3
+    graft(tree, [4, 6])
+    assert tree.num_nodes == 5
+
+
+@pytest.mark.parametrize("budget", [1, 16])
 def test_greedy_output_equals_plain_decoding(target_f32, shipped_drafter_f32, chat_prompts,
-                                             plain_results):
-    decoder = LookupTreeDecoder(target_f32, shipped_drafter_f32)
+                                             plain_results, budget):
+    decoder = LookupTreeDecoder(target_f32, shipped_drafter_f32, budget)
     for i in range(3):
         out = decoder.generate(chat_prompts[i], PLAIN_MAX_NEW, stop_token_ids={EOS})
         assert out.token_ids == plain_results(i).token_ids, i
@@ -37,7 +51,7 @@ def test_lookup_branch_wins_where_the_answer_copies(target_f32, tokenizer, shipp
     ids = torch.tensor([encode_user_turn(tokenizer, text)])
     plain = generate_plain(target_f32, ids, 64, stop_token_ids={EOS})
     chain = SpecDecoder(target_f32, shipped_drafter_f32).generate(ids, 64, stop_token_ids={EOS})
-    decoder = LookupTreeDecoder(target_f32, shipped_drafter_f32)
+    decoder = LookupTreeDecoder(target_f32, shipped_drafter_f32, budget=4)
     both = decoder.generate(ids, 64, stop_token_ids={EOS})
     assert both.token_ids == plain.token_ids == chain.token_ids
     assert decoder.lookup_wins >= 1
@@ -45,7 +59,8 @@ def test_lookup_branch_wins_where_the_answer_copies(target_f32, tokenizer, shipp
 
 
 def test_a_round_at_t1_samples_the_target_distribution(smollm_f32, shipped_drafter_f32):
-    """A two-branch round (drafter a1 -> b1, lookup a2) from one prefilled state, many seeds,
+    """A round with a drafter branch a1 -> b1 and a lookup branch a2 from one prefilled state,
+    many seeds,
     against the exact law of the round's output (tests/test_tree_lossless.py's check)."""
     from test_tree_lossless import chi_square_pvalue, round_law, round_outputs
 
@@ -61,11 +76,12 @@ def test_a_round_at_t1_samples_the_target_distribution(smollm_f32, shipped_draft
 
         class Fixed(LookupTreeDecoder):
             def draft_tree(self, bonus, start, context, cache, block):
-                self._round = ([a1, b1], [a2])
+                self._drafter_nodes = 3
+                self.lookup_rounds += 1
                 return two_branch_tree(bonus, [[a1, b1], [a2]])
 
-        decoder = Fixed(target, shipped_drafter_f32)
-        tree = decoder.draft_tree(bonus, start, None, None, 3)
+        decoder = Fixed(target, shipped_drafter_f32, budget=2)
+        tree = two_branch_tree(bonus, [[a1, b1], [a2]])
         law = round_law(target, prompt + [bonus], tree)
         runs = 200
         counts = round_outputs(decoder, target, prompt, bonus, runs,
@@ -82,7 +98,8 @@ def test_cli_generate_runs_the_lookup_tree(smollm_f32, monkeypatch, capsys):
 
     monkeypatch.setattr("dflash_plugin.target.load_target", lambda path, dtype: smollm_f32)
     code = cli_main(["generate", "--prompt", "Say 'one two three' twice.", "--dtype", "float32",
-                     "--speculative-algorithm", "lookup_tree", "--max-new-tokens", "24",
+                     "--speculative-algorithm", "lookup_tree", "--tree-budget", "8",
+                     "--max-new-tokens", "24",
                      "--compare"])
     assert code == 0
     row = json.loads(capsys.readouterr().out.strip().splitlines()[-1])

@@ -13,8 +13,11 @@ from dflash_plugin.train.feature_store import target_features
 from dflash_plugin.train.teacher_forced import (
     answer_sequences,
     block_acceptance,
+    block_candidates,
+    decoded_tau,
     ngram_acceptance,
     teacher_forced_tau,
+    tree_acceptance,
 )
 from core_helpers import EOS
 
@@ -42,6 +45,63 @@ def test_teacher_forced_acceptance_matches_decoding(target_f32, shipped_drafter_
             anchor += step_accepted
     assert compared >= 10
     assert matched == compared
+
+
+def test_replayed_tree_acceptance_matches_tree_decoding(target_f32, tokenizer,
+                                                       shipped_drafter_f32, chat_prompts):
+    """The same for a draft tree with the lookup branch (what tools/draft_shapes.py replays):
+    built from one teacher-forced pass, it accepts at every anchor what decoding accepted."""
+    import numpy as np
+
+    from dflash_plugin.lookup_tree import LookupTreeDecoder, graft
+    from dflash_plugin.ngram import find_ngram_draft
+    from dflash_plugin.tree import build_tree
+
+    from dflash_plugin.prompt_io import encode_user_turn
+
+    copying = torch.tensor([encode_user_turn(tokenizer, "Repeat this sentence exactly three "
+                                             "times: The old river bank is quiet at night.")])
+    drafter, budget, compared, lookup_rounds = shipped_drafter_f32, 8, 0, 0
+    for prompt in [*chat_prompts[:2], copying]:
+        decoder = LookupTreeDecoder(target_f32, drafter, budget)
+        out = decoder.generate(prompt, 48, stop_token_ids={EOS})
+        ids = prompt[0].tolist() + out.token_ids
+        prompt_len = prompt.shape[1]
+        capture = FeatureCapture(target_f32, drafter.fields.target_layer_ids)
+        with capture.active():
+            feats = target_features(target_f32, capture, ids, torch.float32)
+        log_probs, top_ids = block_candidates(drafter, target_f32.get_input_embeddings(),
+                                              target_f32.get_output_embeddings(), feats, ids,
+                                              prompt_len, budget)
+        tokens = np.asarray(ids)
+        replayed = []
+        for i, anchor in enumerate(range(prompt_len, len(ids) - 1)):
+            tree = build_tree(0, log_probs[i], top_ids[i], budget)
+            match = find_ngram_draft(tokens[:anchor + 1], drafter.block_size - 1)
+            graft(tree, match.tokens.tolist() if match is not None else [])
+            replayed.append(tree_acceptance(tree, tokens[anchor + 1:anchor + drafter.block_size]))
+        anchor = 0
+        for step_accepted in out.stats.accept_lengths[:-1]:  # the last is cut by the length
+            assert replayed[anchor] == step_accepted, anchor
+            compared += 1
+            anchor += step_accepted
+        lookup_rounds += decoder.lookup_rounds
+    assert compared >= 8 and lookup_rounds > 0
+
+
+def test_tree_acceptance_follows_the_truth_through_the_tree():
+    from dflash_plugin.lookup_tree import two_branch_tree
+
+    tree = two_branch_tree(0, [[5, 6, 7], [5, 8]])
+    assert tree_acceptance(tree, [5, 8, 1]) == 3   # second branch, then its bonus
+    assert tree_acceptance(tree, [5, 6]) == 3      # the truth ends before the branch does
+    assert tree_acceptance(tree, [9, 5]) == 1
+
+
+def test_decoded_tau_replays_blocks_from_the_start():
+    # accepted lengths per position: blocks start at 0 (3 tokens), 3 (1), 4 (4): 8 in 3 passes
+    assert decoded_tau([3, 9, 9, 1, 4, 9, 9, 9]) == pytest.approx(8 / 3)
+    assert decoded_tau([1] * 5) == 1.0 and decoded_tau([]) == 0.0
 
 
 def test_teacher_forced_tau_pools_blocks_and_checks_input(target_f32, shipped_drafter_f32):

@@ -28,9 +28,10 @@ def add_arguments(p):
                    help="also decode without speculation and report the speedup")
     p.add_argument("--speculative-algorithm", default="DFLASH", type=str.upper,
                    choices=["DFLASH", "DDTREE", "LOOKUP_TREE"],
-                   help="linear blocks, draft trees, or the drafter's block and a prompt-lookup "
-                        "continuation verified together as a two-branch tree")
-    p.add_argument("--tree-budget", type=int, default=32, help="DDTREE: nodes per draft tree")
+                   help="linear blocks, draft trees, or draft trees with a prompt-lookup "
+                        "branch (the n-gram continuation of the history grafted on)")
+    p.add_argument("--tree-budget", type=int, default=32,
+                   help="DDTREE, LOOKUP_TREE: the drafter's nodes per draft tree")
     p.add_argument("--temperature", type=float, default=0.0)
     p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--top-k", type=int, default=0)
@@ -69,7 +70,8 @@ def build_decoder(args, target):
         return TreeDecoder(target, drafter, budget=args.tree_budget, block_size=args.block_size).generate
     if args.speculative_algorithm == "LOOKUP_TREE":
         from dflash_plugin.lookup_tree import LookupTreeDecoder
-        return LookupTreeDecoder(target, drafter, block_size=args.block_size).generate
+        return LookupTreeDecoder(target, drafter, budget=args.tree_budget,
+                                 block_size=args.block_size).generate
     decoder_class = SpecDecoder
     if args.draft_policy == "adaptive":
         from dflash_plugin.adaptive_decode import AdaptiveSpecDecoder as decoder_class

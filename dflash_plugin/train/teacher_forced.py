@@ -12,10 +12,12 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from dflash_plugin.acceptance import walk_tree
 from dflash_plugin.features import FeatureCapture
 from dflash_plugin.ngram import find_ngram_draft
 from dflash_plugin.train.batches import draft_block_batch, leading_matches, make_block_batch
 from dflash_plugin.train.feature_store import target_features
+from dflash_plugin.tree import DraftTree, top_candidates
 
 
 def answer_sequences(records: list[dict], answer_tokens: int) -> list[tuple[list[int], int]]:
@@ -29,20 +31,57 @@ def answer_sequences(records: list[dict], answer_tokens: int) -> list[tuple[list
     return out
 
 
+def _block_logits(drafter, embed, head, features: torch.Tensor, ids: list[int],
+                  prompt_len: int):
+    """One drafter pass writing a block at every answer position but the last: the draft
+    logits [N, block, V_draft] and the batch (labels, weights) they were drafted for."""
+    dtype = next(drafter.parameters()).dtype
+    context = drafter.fuse_context(features.to(dtype)[None])
+    batch = make_block_batch(torch.tensor(ids), torch.arange(prompt_len, len(ids) - 1),
+                             drafter.block_size, drafter.mask_token_id, gamma=1.0)
+    hidden = draft_block_batch(drafter, lambda t: embed(t).to(dtype), batch, context)
+    logits = drafter.draft_logits(hidden, head)
+    return logits.view(len(ids) - 1 - prompt_len, drafter.block_size, -1), batch
+
+
 @torch.no_grad()
 def block_acceptance(drafter, embed, head, features: torch.Tensor, ids: list[int],
                      prompt_len: int) -> torch.Tensor:
     """Accepted length (1 + leading matches, the bonus counted) of the block the drafter
     writes at each answer position but the last, given the target's features [len(ids), F]:
     at T=0 what decoding accepts when a block starts there."""
-    dtype = next(drafter.parameters()).dtype
-    context = drafter.fuse_context(features.to(dtype)[None])
-    batch = make_block_batch(torch.tensor(ids), torch.arange(prompt_len, len(ids) - 1),
-                             drafter.block_size, drafter.mask_token_id, gamma=1.0)
-    hidden = draft_block_batch(drafter, lambda t: embed(t).to(dtype), batch, context)
-    guess = drafter.to_target_ids(drafter.draft_logits(hidden, head).argmax(-1))
+    logits, batch = _block_logits(drafter, embed, head, features, ids, prompt_len)
+    guess = drafter.to_target_ids(logits.argmax(-1)).flatten()
     correct = (guess == batch.labels) & (batch.weights > 0)
     return 1 + leading_matches(correct, drafter.block_size)
+
+
+@torch.no_grad()
+def block_candidates(drafter, embed, head, features: torch.Tensor, ids: list[int],
+                     prompt_len: int, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per answer position but the last, the top-k log-probs and target-vocabulary ids at each
+    drafted depth ([N, block - 1, k] each), as a draft tree is built from them."""
+    logits, _ = _block_logits(drafter, embed, head, features, ids, prompt_len)
+    log_probs, draft_ids = top_candidates(torch.log_softmax(logits[:, 1:].float(), dim=-1), k)
+    return log_probs, drafter.to_target_ids(draft_ids)
+
+
+def tree_acceptance(tree: DraftTree, truth) -> int:
+    """Accepted length (the bonus counted) of a draft tree whose root is the anchor, when the
+    target's greedy continuation is `truth`: at a node of depth d on the path that spells it,
+    the target's own token is truth[d] (-1, matching nothing, past its end)."""
+    chosen = [int(truth[d]) if d < len(truth) else -1 for d in tree.depths]
+    return 1 + len(walk_tree(tree.children, torch.tensor(chosen)).accepted_tokens)
+
+
+def decoded_tau(accepted) -> float:
+    """Tokens per target pass of greedy decoding that starts a block at answer position 0 and
+    each next one where the last stopped, given the accepted length at every position."""
+    position = steps = 0
+    while position < len(accepted):
+        position += int(accepted[position])
+        steps += 1
+    return position / steps if steps else 0.0
 
 
 def ngram_acceptance(ids: list[int], prompt_len: int, block_size: int) -> torch.Tensor:
