@@ -24,6 +24,12 @@ from dflash_plugin.tree import DraftTree
 from dflash_plugin.tree_decode import TreeDecoder
 
 
+def lookup_continuation(history, length: int) -> list[int]:
+    """The n-gram lookup's next `length` tokens for this history ([] where nothing matches)."""
+    match = find_ngram_draft(np.asarray(history), length)
+    return [] if match is None else match.tokens.tolist()
+
+
 def graft(tree: DraftTree, branch: list[int]) -> DraftTree:
     """Add a root path drafting `branch` to the tree; the part already in it is reused."""
     node = 0
@@ -63,10 +69,10 @@ class LookupTreeDecoder(TreeDecoder):
                    block: int) -> DraftTree:
         tree = super().draft_tree(bonus, start, context, cache, block)
         self._drafter_nodes = tree.num_nodes
-        match = find_ngram_draft(np.asarray(self._history + [bonus]), block - 1)
-        if match is not None:
+        lookup = lookup_continuation(self._history + [bonus], block - 1)
+        if lookup:
             self.lookup_rounds += 1
-            graft(tree, match.tokens.tolist())
+            graft(tree, lookup)
         return tree
 
     def speculate(self, bonus: int, start: int, context: torch.Tensor, caches: tuple,

@@ -60,8 +60,8 @@ def test_lookup_branch_wins_where_the_answer_copies(target_f32, tokenizer, shipp
 
 def test_a_round_at_t1_samples_the_target_distribution(smollm_f32, shipped_drafter_f32):
     """A round with a drafter branch a1 -> b1 and a lookup branch a2 from one prefilled state,
-    many seeds,
-    against the exact law of the round's output (tests/test_tree_lossless.py's check)."""
+    many seeds, against the exact law of the round's output (tests/test_tree_lossless.py's
+    check)."""
     from test_tree_lossless import chi_square_pvalue, round_law, round_outputs
 
     target, tokenizer = smollm_f32
@@ -99,8 +99,7 @@ def test_cli_generate_runs_the_lookup_tree(smollm_f32, monkeypatch, capsys):
     monkeypatch.setattr("dflash_plugin.target.load_target", lambda path, dtype: smollm_f32)
     code = cli_main(["generate", "--prompt", "Say 'one two three' twice.", "--dtype", "float32",
                      "--speculative-algorithm", "lookup_tree", "--tree-budget", "8",
-                     "--max-new-tokens", "24",
-                     "--compare"])
+                     "--max-new-tokens", "24", "--compare"])
     assert code == 0
     row = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert row["identical_to_baseline"] and 1 <= len(row["token_ids"]) <= 24

@@ -53,11 +53,9 @@ def test_replayed_tree_acceptance_matches_tree_decoding(target_f32, tokenizer,
     built from one teacher-forced pass, it accepts at every anchor what decoding accepted."""
     import numpy as np
 
-    from dflash_plugin.lookup_tree import LookupTreeDecoder, graft
-    from dflash_plugin.ngram import find_ngram_draft
-    from dflash_plugin.tree import build_tree
-
+    from dflash_plugin.lookup_tree import LookupTreeDecoder, graft, lookup_continuation
     from dflash_plugin.prompt_io import encode_user_turn
+    from dflash_plugin.tree import build_tree
 
     copying = torch.tensor([encode_user_turn(tokenizer, "Repeat this sentence exactly three "
                                              "times: The old river bank is quiet at night.")])
@@ -76,9 +74,8 @@ def test_replayed_tree_acceptance_matches_tree_decoding(target_f32, tokenizer,
         tokens = np.asarray(ids)
         replayed = []
         for i, anchor in enumerate(range(prompt_len, len(ids) - 1)):
-            tree = build_tree(0, log_probs[i], top_ids[i], budget)
-            match = find_ngram_draft(tokens[:anchor + 1], drafter.block_size - 1)
-            graft(tree, match.tokens.tolist() if match is not None else [])
+            tree = graft(build_tree(0, log_probs[i], top_ids[i], budget),
+                         lookup_continuation(tokens[:anchor + 1], drafter.block_size - 1))
             replayed.append(tree_acceptance(tree, tokens[anchor + 1:anchor + drafter.block_size]))
         anchor = 0
         for step_accepted in out.stats.accept_lengths[:-1]:  # the last is cut by the length

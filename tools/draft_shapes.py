@@ -1,6 +1,7 @@
 """Decoded tau of draft shapes, simulated from one teacher-forced pass per answer (T=0): the
-drafter's chain, prompt lookup, the two together, the chain continued by lookup, DDTree at several budgets, and DDTree with
-the lookup branch grafted on (dflash_plugin/train/teacher_forced.py). At T=0 a shape accepts at
+drafter's chain, prompt lookup, the two together, the chain continued by lookup, DDTree at
+several budgets, and DDTree with the lookup branch grafted on
+(dflash_plugin/train/teacher_forced.py). At T=0 a shape accepts at
 each answer position exactly what decoding accepts when it starts a block there, so a greedy
 decode can be replayed from those lengths without running it
 (tests/test_teacher_forced.py proves both on the real model).
@@ -23,8 +24,7 @@ import torch
 
 from dflash_plugin.draft_vocab import load_drafter_for_target
 from dflash_plugin.features import FeatureCapture
-from dflash_plugin.lookup_tree import graft, two_branch_tree
-from dflash_plugin.ngram import find_ngram_draft
+from dflash_plugin.lookup_tree import graft, lookup_continuation, two_branch_tree
 from dflash_plugin.target import load_target, resolve_target
 from dflash_plugin.train.feature_store import target_features
 from dflash_plugin.train.teacher_forced import (
@@ -42,10 +42,10 @@ def spliced(chain: list[int], history: np.ndarray) -> list[int]:
     verify)."""
     draft: list[int] = []
     for token in chain:
-        match = find_ngram_draft(np.concatenate([history, np.asarray(draft, history.dtype)]),
-                                 len(chain) - len(draft))
-        if match is not None:
-            return draft + match.tokens.tolist()
+        drafted = np.concatenate([history, np.asarray(draft, history.dtype)])
+        lookup = lookup_continuation(drafted, len(chain) - len(draft))
+        if lookup:
+            return draft + lookup
         draft.append(token)
     return draft
 
@@ -54,8 +54,7 @@ def shapes_at(log_probs, ids, history: np.ndarray, budgets: list[int]) -> dict:
     """Every shape's draft tree for one anchor, the history ending at it (root token 0: only
     the drafted paths matter)."""
     chain = ids[:, 0].tolist()
-    match = find_ngram_draft(history, len(chain))
-    lookup = match.tokens.tolist() if match is not None else []
+    lookup = lookup_continuation(history, len(chain))
     trees = {"chain": two_branch_tree(0, [chain]), "lookup": two_branch_tree(0, [lookup]),
              "chain+lookup": two_branch_tree(0, [chain, lookup]),
              "chain, then lookup": two_branch_tree(0, [spliced(chain, history)])}
@@ -79,16 +78,15 @@ def main():
     drafter = load_drafter_for_target(target, args.drafter, torch.float32)
     with gzip.open(args.answers, "rt") if args.answers.suffix == ".gz" else args.answers.open() as f:
         records = [json.loads(line) for line in f if line.strip()]
-    categories = [r.get("category") or r["id"].split("-")[1] for r in records
-                  if len(r["response_ids"]) >= 2]
-    sequences = answer_sequences(records, args.answer_tokens)
+    answered = [(seq, r.get("category") or r["id"].split("-")[1]) for r in records
+                for seq in answer_sequences([r], args.answer_tokens)]  # none if too short
     capture = FeatureCapture(target, tuple(drafter.fields.target_layer_ids))
     embed, head = target.get_input_embeddings(), target.get_output_embeddings()
     block = drafter.block_size
     taus = defaultdict(lambda: defaultdict(list))  # shape -> category -> decoded tau per answer
     nodes = defaultdict(list)
     start = time.perf_counter()
-    for (ids, prompt_len), category in zip(sequences, categories):
+    for (ids, prompt_len), category in answered:
         with capture.active():
             feats = target_features(target, capture, ids, torch.float32)
         log_probs, top_ids = block_candidates(drafter, embed, head, feats, ids, prompt_len,
@@ -103,7 +101,7 @@ def main():
                 nodes[name].append(tree.num_drafted)
         for name, lengths in accepted.items():
             taus[name][category].append(decoded_tau(lengths))
-    print(f"{len(sequences)} answers in {time.perf_counter() - start:.0f} s", flush=True)
+    print(f"{len(answered)} answers in {time.perf_counter() - start:.0f} s", flush=True)
     results = {"answers": str(args.answers), "drafter": args.drafter or "shipped",
                "answer_tokens": args.answer_tokens, "shapes": {}}
     for name, by_category in taus.items():
