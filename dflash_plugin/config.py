@@ -36,6 +36,8 @@ class DFlashFields:
     num_target_layers: int
     target_hidden_size: int
     draft_vocab_size: int | None  # set only for a reduced draft vocabulary with a d2t map
+    # Trained to read the prompt lookup's continuation in its mask slots (lookup_hints.py).
+    lookup_hints: bool = False
 
     def __post_init__(self):
         if self.block_size < 2:
@@ -66,6 +68,7 @@ def dflash_fields(config: PretrainedConfig) -> DFlashFields:
         target_hidden_size=int(getattr(config, "target_hidden_size", None)
                                or extra.get("target_hidden_size") or config.hidden_size),
         draft_vocab_size=getattr(config, "draft_vocab_size", None),
+        lookup_hints=bool(extra.get("lookup_hints", False)),
     )
 
 

@@ -17,6 +17,7 @@ from dflash_plugin.drafter import DFlashDraftModel
 from dflash_plugin.errors import DFlashError
 from dflash_plugin.features import FeatureCapture, check_pair
 from dflash_plugin.layout import block_input_ids
+from dflash_plugin.lookup_hints import hinted_block, uses_lookup_hints
 from dflash_plugin.sampling import SamplingParams, choose_tokens
 
 
@@ -113,6 +114,15 @@ class SpecDecoder:
         self.capture = FeatureCapture(target, drafter.fields.target_layer_ids)
         self.embed = target.get_input_embeddings()
         self.lm_head = target.get_output_embeddings()
+        # The request's tokens so far, prompt and output, the latest bonus token last.
+        self.history: list[int] = []
+
+    def block_ids(self, bonus: int, block: int) -> list[int]:
+        """The drafter's input block: the bonus token, then masks (or, for a drafter trained
+        with them, the prompt lookup's continuation of the history)."""
+        if uses_lookup_hints(self.drafter):
+            return hinted_block(bonus, self.drafter.mask_token_id, block, self.history)
+        return block_input_ids(bonus, self.drafter.mask_token_id, block)
 
     def draft_logits(self, bonus: int, start: int, context: torch.Tensor, cache,
                      block: int, num_drafts: int | None = None) -> torch.Tensor:
@@ -121,7 +131,7 @@ class SpecDecoder:
 
         context: fused features of the positions [len(cache), start) not yet in the cache.
         """
-        ids = torch.tensor([block_input_ids(bonus, self.drafter.mask_token_id, block)])
+        ids = torch.tensor([self.block_ids(bonus, block)])
         ctx_positions = torch.arange(len(cache), start)[None]
         block_positions = torch.arange(start, start + block)[None]
         hidden = self.drafter(self.embed(ids), context, block_positions, ctx_positions, cache=cache)
@@ -181,7 +191,9 @@ class SpecDecoder:
             features = self.capture.take()
             start = input_ids.shape[1]
             out.emit([bonus])
+            prompt = input_ids[0].tolist()
             while not out.finish_reason:
+                self.history = prompt + out.tokens
                 # Never verify more tokens than may still be emitted.
                 block = min(self.block_size, out.remaining + 1)
                 context = self.drafter.fuse_context(features)

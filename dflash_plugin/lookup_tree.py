@@ -13,21 +13,14 @@ token at every node.
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 from torch import nn
 
 from dflash_plugin.drafter import DFlashDraftModel
-from dflash_plugin.ngram import find_ngram_draft
+from dflash_plugin.ngram import lookup_continuation
 from dflash_plugin.sampling import SamplingParams
 from dflash_plugin.tree import DraftTree
 from dflash_plugin.tree_decode import TreeDecoder
-
-
-def lookup_continuation(history, length: int) -> list[int]:
-    """The n-gram lookup's next `length` tokens for this history ([] where nothing matches)."""
-    match = find_ngram_draft(np.asarray(history), length)
-    return [] if match is None else match.tokens.tolist()
 
 
 def graft(tree: DraftTree, branch: list[int]) -> DraftTree:
@@ -56,20 +49,13 @@ class LookupTreeDecoder(TreeDecoder):
         super().__init__(target, drafter, budget=budget, block_size=block_size)
         self.lookup_rounds = 0    # rounds that carried a lookup branch
         self.lookup_wins = 0      # rounds that accepted a token only the lookup branch drafted
-        self._history: list[int] = []
         self._drafter_nodes = 0
-
-    def generate(self, input_ids: torch.Tensor, max_new_tokens: int,
-                 sampling: SamplingParams = SamplingParams(), seed: int = 0,
-                 stop_token_ids: set[int] | frozenset = frozenset()):
-        self._history = input_ids[0].tolist()
-        return super().generate(input_ids, max_new_tokens, sampling, seed, stop_token_ids)
 
     def draft_tree(self, bonus: int, start: int, context: torch.Tensor, cache,
                    block: int) -> DraftTree:
         tree = super().draft_tree(bonus, start, context, cache, block)
         self._drafter_nodes = tree.num_nodes
-        lookup = lookup_continuation(self._history + [bonus], block - 1)
+        lookup = lookup_continuation(self.history, block - 1)
         if lookup:
             self.lookup_rounds += 1
             graft(tree, lookup)
@@ -81,5 +67,4 @@ class LookupTreeDecoder(TreeDecoder):
                                                        sampling, generator)
         if any(node >= self._drafter_nodes for node in verdict.accepted_nodes):
             self.lookup_wins += 1
-        self._history += [bonus] + verdict.accepted_tokens
         return verdict, features, drafted

@@ -86,6 +86,12 @@ def find_ngram_draft(history: np.ndarray, k: int, min_n: int = NGRAM_MIN,
     return NgramMatch(tokens[start + np.arange(k) % period].copy(), best)
 
 
+def lookup_continuation(history, length: int) -> list[int]:
+    """The n-gram lookup's next `length` tokens for this history ([] where nothing matches)."""
+    match = find_ngram_draft(np.asarray(history), length)
+    return [] if match is None else match.tokens.tolist()
+
+
 class NgramCalibration:
     """Per matched length n and draft position k: the running chance that the target accepts
     the k-th n-gram token given tokens 1..k-1 were accepted, from a prior, slowly forgetting."""

@@ -53,7 +53,8 @@ def test_replayed_tree_acceptance_matches_tree_decoding(target_f32, tokenizer,
     built from one teacher-forced pass, it accepts at every anchor what decoding accepted."""
     import numpy as np
 
-    from dflash_plugin.lookup_tree import LookupTreeDecoder, graft, lookup_continuation
+    from dflash_plugin.lookup_tree import LookupTreeDecoder, graft
+    from dflash_plugin.ngram import lookup_continuation
     from dflash_plugin.prompt_io import encode_user_turn
     from dflash_plugin.tree import build_tree
 

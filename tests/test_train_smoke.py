@@ -369,3 +369,33 @@ def test_training_on_cuda_matches_the_cpu(store, tmp_path, smollm_bf16):
     assert sum(cuda[-5:]) < 0.8 * sum(cuda[:5])
     reloaded = load_drafter(tmp_path / "cuda" / "checkpoint", dtype=torch.float32)
     assert reloaded.fc.weight.device.type == "cpu"
+
+
+def test_lookup_hints_reach_the_training_blocks_and_mark_the_export(store, tmp_path,
+                                                                    smollm_bf16, monkeypatch):
+    import dflash_plugin.train.trainer as trainer_module
+    from dflash_plugin.lookup_hints import uses_lookup_hints
+    from dflash_plugin.train.export import export_drafter
+
+    model, _ = smollm_bf16
+    with pytest.raises(ValueError, match="lookup_hints"):
+        Trainer(_config(store, tmp_path / "bad", lookup_hints=1.5), model)
+    written = []
+    fill = trainer_module.fill_batch_hints
+
+    def spy(block_ids, *args, **kwargs):
+        out = fill(block_ids, *args, **kwargs)
+        written.append(int((out != block_ids).sum()))
+        return out
+
+    monkeypatch.setattr(trainer_module, "fill_batch_hints", spy)
+    trainer = Trainer(_config(store, tmp_path / "h", max_steps=3, lookup_hints=1.0,
+                              anchors_per_seq=64), model)
+    trainer.run()
+    assert len(written) == 6 and sum(written) > 0  # "One, two, three, ..." repeats ", "
+    assert uses_lookup_hints(load_drafter(tmp_path / "h" / "checkpoint", dtype=torch.float32))
+    head = model.get_output_embeddings().weight.data.float()
+    export_drafter(trainer.drafter, head, tmp_path / "export")
+    assert uses_lookup_hints(load_drafter(tmp_path / "export", dtype=torch.float32))
+    plain = Trainer(_config(store, tmp_path / "p", max_steps=1), model)
+    assert not uses_lookup_hints(plain.drafter)

@@ -24,7 +24,8 @@ import torch
 
 from dflash_plugin.draft_vocab import load_drafter_for_target
 from dflash_plugin.features import FeatureCapture
-from dflash_plugin.lookup_tree import graft, lookup_continuation, two_branch_tree
+from dflash_plugin.lookup_tree import graft, two_branch_tree
+from dflash_plugin.ngram import lookup_continuation
 from dflash_plugin.target import load_target, resolve_target
 from dflash_plugin.train.feature_store import target_features
 from dflash_plugin.train.teacher_forced import (

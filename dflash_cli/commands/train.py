@@ -65,6 +65,11 @@ def add_arguments(p):
                    help="share of the loss (0-1) that is a KL towards the target's whole "
                         "next-token distribution instead of cross-entropy on its token (not in "
                         "the paper; needs --online-features; default 0: the paper's loss)")
+    p.add_argument("--lookup-hints", type=float, default=0.0,
+                   help="share (0-1) of the training blocks with a prompt-lookup match that "
+                        "carry the lookup's continuation in their mask slots; a drafter trained "
+                        "so reads them when serving (dflash_config.lookup_hints; default 0: "
+                        "masks only, the paper)")
     p.add_argument("--compute-dtype", choices=["bfloat16", "float32"], default=None,
                    help="how the drafter computes while training (default: bf16 autocast, or "
                         "float32 on a CPU without native bf16, where bf16 matmuls run in "
@@ -217,6 +222,7 @@ def run(args) -> int:
                           lr=args.lr, seed=args.seed, max_steps=args.max_steps,
                           gamma=args.gamma, init_from=args.init_from,
                           distill_weight=args.distill_weight, compute_dtype=precision.name,
+                          lookup_hints=args.lookup_hints,
                           anchor_sampling=args.anchor_sampling, device=args.device,
                           time_budget_s=None if args.time_budget is None
                           else 60 * args.time_budget)

@@ -14,6 +14,7 @@ import torch
 
 from dflash_plugin.acceptance import walk_tree
 from dflash_plugin.features import FeatureCapture
+from dflash_plugin.lookup_hints import fill_batch_hints, uses_lookup_hints
 from dflash_plugin.ngram import find_ngram_draft
 from dflash_plugin.train.batches import draft_block_batch, leading_matches, make_block_batch
 from dflash_plugin.train.feature_store import target_features
@@ -37,8 +38,11 @@ def _block_logits(drafter, embed, head, features: torch.Tensor, ids: list[int],
     logits [N, block, V_draft] and the batch (labels, weights) they were drafted for."""
     dtype = next(drafter.parameters()).dtype
     context = drafter.fuse_context(features.to(dtype)[None])
-    batch = make_block_batch(torch.tensor(ids), torch.arange(prompt_len, len(ids) - 1),
-                             drafter.block_size, drafter.mask_token_id, gamma=1.0)
+    anchors = torch.arange(prompt_len, len(ids) - 1)
+    batch = make_block_batch(torch.tensor(ids), anchors, drafter.block_size,
+                             drafter.mask_token_id, gamma=1.0)
+    if uses_lookup_hints(drafter):
+        batch.block_ids = fill_batch_hints(batch.block_ids, ids, anchors, drafter.block_size)
     hidden = draft_block_batch(drafter, lambda t: embed(t).to(dtype), batch, context)
     logits = drafter.draft_logits(hidden, head)
     return logits.view(len(ids) - 1 - prompt_len, drafter.block_size, -1), batch

@@ -30,6 +30,7 @@ from dflash_plugin.cpu_features import default_cpu_dtype
 from dflash_plugin.draft_vocab import reduced_head, with_reduced_vocabulary
 from dflash_plugin.drafter import DFlashDraftModel
 from dflash_plugin.layout import default_gamma
+from dflash_plugin.lookup_hints import enable_lookup_hints, fill_batch_hints
 from dflash_plugin.train.batches import (draft_block_batch, leading_matches, make_block_batch,
                                          sample_anchors)
 from dflash_plugin.train.block_starts import (
@@ -78,6 +79,9 @@ class TrainConfig:
     # Wall-clock budget: after `CALIBRATION_STEPS` steps the schedule is refitted so that it
     # ends when the budget does (None: the schedule of `epochs`).
     time_budget_s: float | None = None
+    # Share of the blocks with a prompt-lookup match that carry the lookup's continuation in
+    # their mask slots (lookup_hints.py); 0: masks only (the paper).
+    lookup_hints: float = 0.0
 
 
 ANCHOR_SAMPLINGS = ("uniform", "block-starts")
@@ -213,6 +217,8 @@ class Trainer:
         if cfg.anchor_sampling not in ANCHOR_SAMPLINGS:
             raise ValueError(f"anchor sampling {cfg.anchor_sampling!r}: choose from "
                              f"{', '.join(ANCHOR_SAMPLINGS)}")
+        if not 0.0 <= cfg.lookup_hints <= 1.0:
+            raise ValueError(f"lookup_hints {cfg.lookup_hints} is outside [0, 1]")
         if not 0.0 <= cfg.distill_weight <= 1.0:
             raise ValueError(f"distill_weight {cfg.distill_weight} is outside [0, 1]")
         if cfg.distill_weight and not isinstance(self.store, OnlineFeatures):
@@ -251,6 +257,8 @@ class Trainer:
                     self.drafter, self.target_head.weight.data.float(), keep).train()
         else:
             self.drafter = init_drafter(cfg, target, self.store).float().train()
+        if cfg.lookup_hints:
+            enable_lookup_hints(self.drafter)
         self.drafter.to(self.device)
         if self.drafter.lm_head is not None:
             self.drafter.lm_head.requires_grad_(False)
@@ -303,7 +311,12 @@ class Trainer:
                 anchors = sample_anchors(seq.prompt_len, seq.length, self.cfg.anchors_per_seq,
                                          self.generator)
             batch = make_block_batch(ids, anchors, self.cfg.block_size, self.cfg.mask_token_id,
-                                     self.gamma).to(self.device)
+                                     self.gamma)
+            if self.cfg.lookup_hints:
+                batch.block_ids = fill_batch_hints(batch.block_ids, seq.input_ids, anchors,
+                                                   self.cfg.block_size, self.cfg.lookup_hints,
+                                                   self.generator)
+            batch = batch.to(self.device)
             hidden = draft_block_batch(self.drafter, self.embed, batch, context)
             logits = self.drafter.draft_logits(hidden, self.target_head).float()
         labels, weights = batch.labels, batch.weights
