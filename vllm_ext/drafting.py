@@ -32,7 +32,7 @@ from dflash_plugin.draft_policy import (
     vllm_cpu_preset,
 )
 from dflash_plugin.measured_costs import cuda_costs
-from dflash_plugin.ngram import NgramDrafts, NgramMatch
+from dflash_plugin.ngram import NgramDrafts, NgramMatch, find_ngram_draft
 from dflash_plugin.step_clock import COST_TERMS, MeasuredCosts, StepClock
 from dflash_plugin.switches import SwitchError, read
 from vllm_ext.context_store import DeferredContext
@@ -182,6 +182,10 @@ class Drafting:
         # Prompt-lookup drafts (DFLASH_NGRAM_DRAFTS; None: off) and this step's token sources,
         # recorded by P6 just before the propose hook reads them (vllm_ext.ngram_drafts).
         self.ngram = ngram
+        # The drafter reads the lookup's continuation in its mask slots (set by the model from
+        # its config's dflash_config.lookup_hints; written by P1, A6).
+        self.lookup_hints = False
+        self.hints: list[NgramMatch | None] = []  # this step's, set by `lookup`
         self.step_tokens = None
         # Context writes held back while no draft pass runs (None: write every step).
         self.deferred_context = deferred_context
@@ -339,14 +343,21 @@ class Drafting:
 
     def lookup(self, batch: int, k: int, no_drafts: Sequence[int] = ()) -> list[NgramMatch | None]:
         """This step's prompt-lookup proposals of up to k tokens per request, from P6's record
-        (empty when lookup is off or the policy does not choose lengths)."""
+        (empty when lookup is off or the policy does not choose lengths). For a drafter that
+        reads hints, the same proposals are kept in `hints` whatever the policy."""
         record, self.step_tokens = self.step_tokens, None
-        if self.ngram is None or not self.ngram.active(self.policy) or k <= 0:
+        self.hints = []
+        hybrid = self.ngram is not None and self.ngram.active(self.policy)
+        if k <= 0 or not (hybrid or self.lookup_hints):
             return []
         found = histories(record, batch)
         for row in no_drafts:
             if row < batch:
                 found[row] = None
+        if self.lookup_hints:  # the core's lookup, as the reference path and training use
+            self.hints = [None if h is None else find_ngram_draft(h, k) for h in found]
+        if not hybrid:
+            return []
         return self.ngram.find(found, k)
 
     def lookup_only(self, matches: Sequence[NgramMatch | None], limit: int,

@@ -141,10 +141,15 @@ class DFlashVllmDrafter(DFlashQwen3ForCausalLM):
         load_aware = start_load_aware(vllm_config, policy.mode, costs,
                                       sampler_shortcut=sampler_shortcut_from_env(),
                                       stats_every=stats_every_from_env())
+        # A drafter trained with prompt-lookup hints reads each request's history (P6).
+        hints = bool((getattr(self.config, "dflash_config", None) or {}).get("lookup_hints"))
         self.dflash_drafting = (Drafting(policy, stats_every_from_env(), deferred,
-                                         ngram=start_ngram_drafts(policy, deferred is not None),
+                                         ngram=start_ngram_drafts(
+                                             policy, deferred is not None or hints),
                                          clock=step_clock_for(policy, spec.num_speculative_tokens))
                                 if load_aware.v1_hooks else None)
+        if self.dflash_drafting is not None:
+            self.dflash_drafting.lookup_hints = hints
         self.dflash_draft_ids = None  # sorted target ids (CPU) the draft head is restricted to
         self._draft_head: DraftHead | None = None
         if draft_vocab_from_env() and self._plain_logits():
@@ -156,6 +161,7 @@ class DFlashVllmDrafter(DFlashQwen3ForCausalLM):
         v1_details = (f"costs {policy.costs}{measured}, context writes "
                       f"{'deferred while not drafting' if deferred else 'every step'}, "
                       f"n-gram drafts {'on' if self.dflash_drafting.ngram else 'off'}, "
+                      f"lookup hints {'on' if hints else 'off'}, "
                       if self.dflash_drafting is not None else "")
         logger.info("dflash plugin: %s; drafter %s, %sdraft head %s", load_aware.line(),
                     spec.draft_model_config.model, v1_details,

@@ -38,6 +38,7 @@ extending `enable_adaptive_verification`, today DSpark-only, to DFlash).
 from __future__ import annotations
 
 import logging
+from contextlib import contextmanager
 
 import torch
 
@@ -126,12 +127,52 @@ def _propose_with_policy(original, proposer, drafting, args):
     if drafting.deferred_context is not None:
         drafting.flush_context(proposer.model)  # the draft pass reads that context
     _prefer_drafter_top_tokens(proposer)
-    with drafting.collecting_confidence(), drafting.timing_draft_pass():
+    hints = drafting.hints if drafting.lookup_hints else None
+    with drafting.collecting_confidence(), drafting.timing_draft_pass(), \
+            _writing_hints(proposer, hints):
         drafts = original(proposer, *args)
     # Lookup drafts are verified as deterministic: not where this pass left draft
     # distributions for the rejection sampler (probabilistic draft sampling, A2).
     lookup = matches if proposer._last_draft_probs is None else None
     return drafting.select(drafts, next_token_ids, no_drafts, lookup, no_context)
+
+
+@contextmanager
+def _writing_hints(proposer, matches):
+    """For a drafter trained with prompt-lookup hints (dflash_plugin.lookup_hints): while the
+    original propose runs, set_inputs_first_pass is followed by writing each request's lookup
+    continuation into its mask slots of the query block (A6), which the draft pass embeds."""
+    if not matches or all(m is None for m in matches):
+        yield
+        return
+    method = type(proposer).set_inputs_first_pass
+
+    def set_inputs_first_pass(*args, **kwargs):
+        out = method(proposer, *args, **kwargs)
+        write_hints(proposer.input_ids, matches, 1 + proposer.num_speculative_tokens)  # A6
+        return out
+
+    proposer.set_inputs_first_pass = set_inputs_first_pass  # this call only
+    try:
+        yield
+    finally:
+        del proposer.set_inputs_first_pass
+
+
+def write_hints(input_ids: torch.Tensor, matches, per_request: int):
+    """Write each match's tokens after its request's bonus token in the query blocks laid out
+    `per_request` tokens per request (bonus, then masks), up to the block's end."""
+    index, values = [], []
+    for row, match in enumerate(matches):
+        if match is None:
+            continue
+        tokens = match.tokens[:per_request - 1].tolist()
+        start = row * per_request + 1
+        index.extend(range(start, start + len(tokens)))
+        values.extend(tokens)
+    if index:
+        input_ids[torch.tensor(index, device=input_ids.device)] = torch.tensor(
+            values, dtype=input_ids.dtype, device=input_ids.device)
 
 
 def _prefer_drafter_top_tokens(proposer):

@@ -244,8 +244,22 @@ def served_draft_blocks(llm, calls) -> dict:
     return dict(prompt=prompt, answer=list(out.outputs[0].token_ids), drafts=drafts)
 
 
+def hinted_copy(drafter, folder):
+    """The drafter's weights with `dflash_config.lookup_hints` set (it was not trained with
+    hints: what it drafts from them only has to agree between vLLM and the reference path)."""
+    import json
+
+    config = json.loads((drafter / "config.json").read_text())
+    config["dflash_config"]["lookup_hints"] = True
+    (folder / "config.json").write_text(json.dumps(config))
+    for name in ("model.safetensors", "draft_vocab.json"):
+        if (drafter / name).is_file():
+            (folder / name).symlink_to((drafter / name).resolve())
+    return folder
+
+
 @pytest.fixture(scope="module")
-def runs(target_path, random_drafter):
+def runs(target_path, random_drafter, tmp_path_factory):
     calls = worker_calls()
     drafter = shipped_drafter()
     results = {}
@@ -282,6 +296,9 @@ def runs(target_path, random_drafter):
         results["plugin_top_tokens"] = llm.collective_rpc(calls["drafts_via_top_tokens"])[0]
         results["bundled_rpcs"] = llm.collective_rpc(calls["bundled_rpcs"])[0]
         results["draft_check"] = served_draft_blocks(llm, calls)
+    results["hinted_drafter"] = hinted = hinted_copy(drafter, tmp_path_factory.mktemp("hinted"))
+    with environment(VLLM_ALLOW_INSECURE_SERIALIZATION="1"), engine(target_path, hinted) as llm:
+        results["hinted_draft_check"] = served_draft_blocks(llm, calls)
     with environment(VLLM_PLUGINS="", VLLM_ALLOW_INSECURE_SERIALIZATION="1"), \
             engine(target_path, drafter) as llm:
         results["native_class"] = llm.collective_rpc(calls["drafter_class"])[0]
@@ -437,12 +454,10 @@ def test_trained_drafter_gets_drafts_accepted(runs):
     assert runs["full_counts"]["num_accepted_tokens"] > 0
 
 
-def test_served_drafts_equal_the_reference_paths(runs, smollm_f32):
-    """vLLM's draft pass computes what the core's drafter computes: wherever the served
-    decoding drafted, the reference path (Hugging Face target, dflash_plugin's drafter, float32,
-    a block of K + 1 positions as vLLM drafts) drafts the same K tokens. vLLM-CPU's own kernel
-    gave every draft layer layer 0's k_norm for its context keys (vllm_ext.context_norm); with
-    it, 5% of served 16-position blocks on held-out prompts equalled the reference's."""
+def served_against_reference(check: dict, drafter_path, target):
+    """The served draft blocks of `check` (answer index of each pass's bonus token -> its
+    drafts), the reference path's at the same indices, the indices both drafted at, and those
+    where the reference's block carried a prompt-lookup hint."""
     import torch
 
     from dflash_plugin.acceptance import matching_prefix_length
@@ -450,32 +465,60 @@ def test_served_drafts_equal_the_reference_paths(runs, smollm_f32):
     from dflash_plugin.generate import SpecDecoder
     from dflash_plugin.sampling import SamplingParams
 
-    check = runs["draft_check"]
     prompt, answer = check["prompt"], check["answer"]
-    served, at = {}, 0  # answer index of each pass's bonus token -> its drafts
+    served, at = {}, 0
     for drafts in check["drafts"]:
         if at >= len(answer) - 1:
             break
         served[at] = drafts
         at += 1 + matching_prefix_length(drafts, answer[at + 1:])
 
-    target = smollm_f32[0]
-    decoder = SpecDecoder(target, load_drafter_for_target(target, shipped_drafter(),
-                                                          torch.float32), block_size=K + 1)
-    reference, draft = {}, decoder.draft
+    decoder = SpecDecoder(target, load_drafter_for_target(target, drafter_path, torch.float32),
+                          block_size=K + 1)
+    reference, hinted = {}, set()
+    draft, block_ids = decoder.draft, decoder.block_ids
 
     def recording_draft(bonus, start, *args, **kwargs):
         drafts = draft(bonus, start, *args, **kwargs)
         reference[start - len(prompt)] = drafts.tolist()
         return drafts
 
-    decoder.draft = recording_draft
+    def recording_block_ids(bonus, block):
+        ids = block_ids(bonus, block)
+        if ids[1] != decoder.drafter.mask_token_id:  # a prompt-lookup hint (lookup_hints.py)
+            hinted.add(len(decoder.history) - 1 - len(prompt))
+        return ids
+
+    decoder.draft, decoder.block_ids = recording_draft, recording_block_ids
     # Extra tokens so that the reference drafts whole blocks up to the served answer's end.
     result = decoder.generate(torch.tensor([prompt]), len(answer) + K + 1,
                               SamplingParams(temperature=0.0))
     assert result.token_ids[:len(answer)] == answer
     common = sorted(set(served) & set(reference))
     assert len(common) >= 0.8 * len(served) and len(served) >= 10, (len(served), len(common))
+    return served, reference, common, hinted
+
+
+def test_served_drafts_equal_the_reference_paths(runs, smollm_f32):
+    """vLLM's draft pass computes what the core's drafter computes: wherever the served
+    decoding drafted, the reference path (Hugging Face target, dflash_plugin's drafter, float32,
+    a block of K + 1 positions as vLLM drafts) drafts the same K tokens. vLLM-CPU's own kernel
+    gave every draft layer layer 0's k_norm for its context keys (vllm_ext.context_norm); with
+    it, 5% of served 16-position blocks on held-out prompts equalled the reference's."""
+    served, reference, common, _ = served_against_reference(runs["draft_check"],
+                                                            shipped_drafter(), smollm_f32[0])
     same = sum(served[i] == reference[i] for i in common)
     assert same >= 0.9 * len(common), [(i, served[i], reference[i]) for i in common
                                        if served[i] != reference[i]]
+
+
+def test_served_hints_equal_the_reference_paths(runs, smollm_f32):
+    """A6: for a drafter marked to read prompt-lookup hints (the shipped one, marked), vLLM
+    writes each request's lookup continuation into its block as the reference path does, so the
+    blocks drafted with hints are the same K tokens too."""
+    served, reference, common, hinted = served_against_reference(
+        runs["hinted_draft_check"], runs["hinted_drafter"], smollm_f32[0])
+    with_hints = [i for i in common if i in hinted]
+    assert len(with_hints) >= 3, len(with_hints)
+    assert sum(served[i] == reference[i] for i in with_hints) >= 0.9 * len(with_hints)
+    assert sum(served[i] == reference[i] for i in common) >= 0.9 * len(common)

@@ -136,3 +136,38 @@ def test_history_hook_guard_passes_on_the_installed_vllm_and_refuses_a_changed_s
             pass
 
     assert "parameters" in hook_problems(Changed, expected)[0]
+
+
+def test_hints_go_into_each_requests_mask_slots_for_one_call_only():
+    """A6: for a drafter trained with lookup hints, the query blocks set_inputs_first_pass lays
+    out (bonus, then masks, per request) get each request's lookup continuation after its bonus;
+    the wrap is gone after the call."""
+    from dflash_plugin.ngram import NgramMatch
+    from vllm_ext.patches import _writing_hints, write_hints
+
+    mask = 0
+
+    class Proposer:
+        num_speculative_tokens = 3
+
+        def __init__(self):
+            self.input_ids = torch.full((12,), -1, dtype=torch.int32)
+
+        def set_inputs_first_pass(self, bonus):
+            self.input_ids[:8] = torch.tensor([bonus[0], mask, mask, mask,
+                                               bonus[1], mask, mask, mask], dtype=torch.int32)
+            return 8
+
+    matches = [NgramMatch(np.array([5, 6, 7, 8, 9]), 2), None]
+    proposer = Proposer()
+    with _writing_hints(proposer, matches):
+        assert proposer.set_inputs_first_pass([4, 3]) == 8
+    assert proposer.input_ids[:8].tolist() == [4, 5, 6, 7, 3, mask, mask, mask]
+    assert "set_inputs_first_pass" not in vars(proposer)
+    proposer.set_inputs_first_pass([4, 3])  # outside the wrap: masks again
+    assert proposer.input_ids[:8].tolist() == [4, mask, mask, mask, 3, mask, mask, mask]
+    with _writing_hints(proposer, [None, None]):  # nothing to write: no wrap at all
+        assert "set_inputs_first_pass" not in vars(proposer)
+    ids = torch.zeros(6, dtype=torch.int64)
+    write_hints(ids, [None, NgramMatch(np.array([7]), 3)], per_request=3)
+    assert ids.tolist() == [0, 0, 0, 0, 7, 0]
