@@ -32,7 +32,7 @@ from dflash_plugin.draft_policy import (
     vllm_cpu_preset,
 )
 from dflash_plugin.measured_costs import cuda_costs
-from dflash_plugin.ngram import NgramDrafts, NgramMatch, find_ngram_draft
+from dflash_plugin.ngram import NGRAM_MAX, NGRAM_MIN, NgramDrafts, NgramMatch, find_ngram_draft
 from dflash_plugin.step_clock import COST_TERMS, MeasuredCosts, StepClock
 from dflash_plugin.switches import SwitchError, read
 from vllm_ext.context_store import DeferredContext
@@ -354,11 +354,12 @@ class Drafting:
         for row in no_drafts:
             if row < batch:
                 found[row] = None
+        matches = self.ngram.find(found, k) if hybrid else []
         if self.lookup_hints:  # the core's lookup, as the reference path and training use
-            self.hints = [None if h is None else find_ngram_draft(h, k) for h in found]
-        if not hybrid:
-            return []
-        return self.ngram.find(found, k)
+            same = hybrid and (self.ngram.min_n, self.ngram.max_n) == (NGRAM_MIN, NGRAM_MAX)
+            self.hints = matches if same else [None if h is None else find_ngram_draft(h, k)
+                                               for h in found]
+        return matches
 
     def lookup_only(self, matches: Sequence[NgramMatch | None], limit: int,
                     draft_pass: bool) -> list[int] | None:
