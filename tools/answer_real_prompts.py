@@ -20,6 +20,7 @@ import argparse
 import gzip
 import json
 import shutil
+import os
 import time
 from pathlib import Path
 
@@ -28,6 +29,10 @@ from dflash_plugin.target import resolve_target
 from dflash_plugin.train import prompts as prompt_set
 from dflash_plugin.train.repeats import trim_loop
 from dflash_plugin.train.responses import generate_responses
+
+# A batch step of 4,096 tokens can wait minutes for a core while another job runs on this
+# machine; vLLM's default 300 s RPC limit then kills the engine mid-chunk.
+os.environ.setdefault("VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS", "7200")
 
 DATA = Path(__file__).resolve().parent.parent / "train_data" / "smollm2-135m-real"
 
