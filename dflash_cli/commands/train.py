@@ -50,13 +50,10 @@ def add_arguments(p):
     p.add_argument("--epochs", type=float, default=6.0)
     p.add_argument("--anchors-per-seq", type=int, default=48)
     p.add_argument("--seqs-per-step", type=int, default=4)
-    p.add_argument("--anchor-sampling", choices=["uniform", "block-starts", "lookup-misses"],
-                   default="uniform",
-                   help="uniform over the answer (the paper); block-starts: weighted towards the "
-                        "positions where greedy decoding starts blocks, found by a cheap no-grad "
-                        "pass that drafts one token after every position (~10%% more time per "
-                        "step); lookup-misses: weighted 0.5^L where prompt lookup's draft would "
-                        "have L tokens accepted, for a drafter served beside lookup")
+    p.add_argument("--anchor-sampling", choices=["uniform", "block-starts"], default="uniform",
+                   help="uniform over the answer (the paper), or weighted towards the positions "
+                        "where greedy decoding starts blocks, found by a cheap no-grad pass that "
+                        "drafts one token after every position (~10%% more time per step)")
     p.add_argument("--lr", type=float, default=6e-4)
     p.add_argument("--gamma", type=float, help="loss decay over block positions "
                    "(default: the paper's value for the block size, 7 for 16)")

@@ -38,7 +38,6 @@ from dflash_plugin.train.block_starts import (
     first_draft_hits,
     sample_weighted_anchors,
 )
-from dflash_plugin.train.lookup_misses import lookup_accepted_lengths, lookup_miss_weights
 from dflash_plugin.train.deepen import deepen_drafter
 from dflash_plugin.train.feature_store import FeatureSource, FeatureStore, OnlineFeatures
 from dflash_plugin.train.widen import widen_drafter
@@ -72,9 +71,8 @@ class TrainConfig:
     distill_weight: float = 0.0
     # "bfloat16" (autocast) or "float32"; None: bf16 unless this CPU is known to lack native bf16.
     compute_dtype: str | None = None
-    # Where anchors fall: "uniform" over the answer (the paper), "block-starts": weighted
-    # towards the positions where greedy decoding starts its blocks (train/block_starts.py), or
-    # "lookup-misses": towards those where prompt lookup drafts badly (train/lookup_misses.py).
+    # Where anchors fall: "uniform" over the answer (the paper), or "block-starts": weighted
+    # towards the positions where greedy decoding starts its blocks (train/block_starts.py).
     anchor_sampling: str = "uniform"
     # "cpu" or a CUDA device ("cuda", "cuda:1"); the target given to the trainer must sit there.
     device: str = "cpu"
@@ -86,7 +84,7 @@ class TrainConfig:
     lookup_hints: float = 0.0
 
 
-ANCHOR_SAMPLINGS = ("uniform", "block-starts", "lookup-misses")
+ANCHOR_SAMPLINGS = ("uniform", "block-starts")
 CALIBRATION_STEPS = 20
 
 
@@ -309,12 +307,6 @@ class Trainer:
                 anchors = sample_weighted_anchors(seq.prompt_len, block_start_weights(hits),
                                                   self.cfg.anchors_per_seq, self.generator)
                 info["first_draft_hit"] = float(hits.float().mean())
-            elif self.cfg.anchor_sampling == "lookup-misses":
-                accepted = lookup_accepted_lengths(seq.input_ids, seq.prompt_len,
-                                                   self.cfg.block_size)
-                anchors = sample_weighted_anchors(seq.prompt_len, lookup_miss_weights(accepted),
-                                                  self.cfg.anchors_per_seq, self.generator)
-                info["lookup_miss"] = float((accepted == 0).float().mean())
             else:
                 anchors = sample_anchors(seq.prompt_len, seq.length, self.cfg.anchors_per_seq,
                                          self.generator)
@@ -383,10 +375,8 @@ class Trainer:
                    "loss": sum(m["loss"] for m in metrics) / len(metrics),
                    "train_tau": sum(m["tau"] for m in metrics) / len(metrics),
                    "elapsed_s": round(time.perf_counter() - began, 1)}
-            # the anchor sampler's own rate: first drafts right, or positions lookup misses
-            for key in ("first_draft_hit", "lookup_miss"):
-                if key in metrics[0]:
-                    row[key] = sum(m[key] for m in metrics) / len(metrics)
+            if "first_draft_hit" in metrics[0]:  # block-start anchors: the mining pass's rate
+                row["first_draft_hit"] = sum(m["first_draft_hit"] for m in metrics) / len(metrics)
             log.write(json.dumps(row) + "\n")
             log.flush()
             bar.set_postfix(loss=f"{row['loss']:.3f}", tau=f"{row['train_tau']:.2f}")
