@@ -73,6 +73,17 @@ def test_notes_rewritten_in_place(data, monkeypatch):
     assert "999" not in text
 
 
+def test_reached_target_says_so_and_what_the_rest_would_take(data, monkeypatch):
+    monkeypatch.setattr(answers_progress, "TARGET_TOKENS", 150)
+    monkeypatch.setattr(sys, "argv", ["answers_progress", "--data", str(data), "--rate", "0.001"])
+    answers_progress.main()
+    text = " ".join((data / "ANSWERS.md").read_text().split())
+    # 162 tokens before loops >= 150; 6 of 10 prompts left at 0.001 prompt/s: 1.7 hours
+    assert ("the 6M-token target is reached (162 tokens before loops) with 4 of its 10 prompts "
+            "answered; the other 6 would take about 1.7 more hours") in text
+    assert "more: about" not in text
+
+
 def test_missing_table_is_an_error(data, monkeypatch):
     (data / "ANSWERS.md").write_text("no table here\n")
     monkeypatch.setattr(sys, "argv", ["answers_progress", "--data", str(data)])

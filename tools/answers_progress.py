@@ -75,9 +75,16 @@ def estimate(rows: list[dict], num_prompts: int, rate: float) -> str:
     needed = answered + max(0.0, TARGET_TOKENS - learnt) / per_prompt
     left = max(0, round(needed) - answered)
     whole = learnt + (num_prompts - answered) * per_prompt
-    return (f"About {round(per_prompt)} answer tokens per prompt remain once loops are cut (over "
+    head = (f"About {round(per_prompt)} answer tokens per prompt remain once loops are cut (over "
             f"the segmented records, follow-ups included),\nso the whole set gives about "
-            f"{whole / 1e6:.1f}M; the 6M-token target needs about {round(needed, -2):,.0f} of its "
+            f"{whole / 1e6:.1f}M; ")
+    if learnt >= TARGET_TOKENS:
+        return (head + f"the 6M-token target is reached ({learnt:,} tokens before loops) with "
+                f"{answered:,} of its\n{num_prompts:,} prompts answered; the other "
+                f"{num_prompts - answered:,} would take about "
+                f"{(num_prompts - answered) / rate / 3600:.1f} more hours of this CPU at {rate} "
+                f"prompts per second.")
+    return (head + f"the 6M-token target needs about {round(needed, -2):,.0f} of its "
             f"{num_prompts:,} prompts\nanswered, some {round(left, -2):,.0f} more: about "
             f"{left / rate / 3600:.1f} more hours of this CPU at {rate} prompts per second.")
 
