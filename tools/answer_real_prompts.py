@@ -19,8 +19,8 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
-import shutil
 import os
+import shutil
 import time
 from pathlib import Path
 
