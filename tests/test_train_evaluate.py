@@ -79,3 +79,10 @@ def test_evaluate_refuses_missing_prompts_and_bad_temperatures(tmp_path, capsys)
                       "--device", device])
         assert exit_info.value.code == 2
         assert message in capsys.readouterr().err, device
+
+    for layers in ("3,1", "0,0", "a", "-1,2", ""):
+        with pytest.raises(SystemExit) as exit_info:
+            cli.main(["train", "--workdir", str(tmp_path / "work"), "--stages", "train",
+                      f"--keep-layers={layers}"])
+        assert exit_info.value.code == 2
+        assert "expected distinct ascending layer indices" in capsys.readouterr().err, layers

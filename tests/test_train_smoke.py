@@ -186,6 +186,58 @@ def test_continue_from_a_shallower_checkpoint_grows_it(store, tmp_path, smollm_b
     assert len(load_drafter(tmp_path / "b" / "checkpoint").layers) == 2
 
 
+def test_shallower_drafter_drops_only_the_layers_it_is_told_to(smollm_bf16):
+    from dflash_plugin.train.deepen import (deepen_drafter, default_kept_layers,
+                                            shallower_drafter)
+    from core_helpers import make_drafter
+
+    model, _ = smollm_bf16
+    base = make_drafter(model, num_draft_layers=2, dtype=torch.float32)
+    for layer in base.layers:
+        for param in layer.parameters():
+            param.data.normal_(0, 0.05)
+    # Layers 2 and 3 of the grown drafter are identities: dropping them drafts as before,
+    # dropping a trained one does not.
+    grown = deepen_drafter(base, 4)
+    torch.manual_seed(1)
+    block = torch.randn(1, 16, 576)
+    context = base.fuse_context(torch.randn(1, 12, base.fc.in_features))
+    args = (block, context, torch.arange(12, 28)[None], torch.arange(12)[None])
+    for keep in ([0, 1], [0, 1, 3]):
+        cut = shallower_drafter(grown, keep).eval()
+        assert len(cut.layers) == len(keep) == cut.config.num_hidden_layers
+        assert len(cut.config.layer_types) == len(keep)
+        assert torch.equal(base.eval()(*args), cut(*args))
+    assert not torch.allclose(base(*args), shallower_drafter(grown, [1, 2]).eval()(*args))
+    assert default_kept_layers(8, 4) == [0, 1, 2, 7]
+    assert default_kept_layers(8, 2) == [0, 7] and default_kept_layers(8, 1) == [7]
+    with pytest.raises(ValueError, match="cannot keep 9"):
+        default_kept_layers(8, 9)
+    for bad in ([], [1, 0], [0, 4], [0, 0]):
+        with pytest.raises(ValueError, match="layers to keep"):
+            shallower_drafter(grown, bad)
+
+
+def test_continue_from_a_deeper_checkpoint_keeps_its_layers(store, tmp_path, smollm_bf16):
+    model, _ = smollm_bf16
+    Trainer(_config(store, tmp_path / "a", max_steps=2, num_draft_layers=3), model).run()
+    deep = load_drafter(tmp_path / "a" / "checkpoint", dtype=torch.float32)
+    cut = Trainer(_config(store, tmp_path / "b", max_steps=3, num_draft_layers=2,
+                          init_from=str(tmp_path / "a" / "checkpoint"), keep_layers=[1, 2]), model)
+    assert len(cut.drafter.layers) == 2
+    assert torch.equal(cut.drafter.layers[0].mlp.up_proj.weight, deep.layers[1].mlp.up_proj.weight)
+    cut.run()
+    assert len(load_drafter(tmp_path / "b" / "checkpoint").layers) == 2
+    with pytest.raises(ValueError, match="holds 1 layers, not num_draft_layers 2"):
+        Trainer(_config(store, tmp_path / "c", num_draft_layers=2, keep_layers=[0],
+                        init_from=str(tmp_path / "a" / "checkpoint")), model)
+    with pytest.raises(ValueError, match="not more than num_draft_layers 3"):
+        Trainer(_config(store, tmp_path / "d", num_draft_layers=3, keep_layers=[0, 1, 2],
+                        init_from=str(tmp_path / "a" / "checkpoint")), model)
+    with pytest.raises(ValueError, match="none given"):
+        Trainer(_config(store, tmp_path / "e", keep_layers=[0]), model)
+
+
 def test_widened_drafter_drafts_exactly_like_the_narrow_one(smollm_bf16):
     from dflash_plugin.config import make_config
     from dflash_plugin.drafter import DFlashDraftModel

@@ -82,7 +82,11 @@ def add_arguments(p):
                         "(measured over the first steps) instead of --epochs, and stop there")
     p.add_argument("--init-from", help="continue from this drafter checkpoint (fresh schedule); "
                    "one with fewer layers than --num-draft-layers is grown by layers that start "
-                   "as the identity")
+                   "as the identity, one with more keeps --keep-layers of them")
+    p.add_argument("--keep-layers", type=parse_layer_list, default=None,
+                   help="with --init-from a deeper drafter than --num-draft-layers: which of its "
+                        "layers to keep, a comma list of indices (default: the first "
+                        "--num-draft-layers - 1 and the last)")
     p.add_argument("--max-steps", type=int, help="stop after this many steps (schedule unchanged)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--eval-max-new-tokens", type=int, default=128)
@@ -124,6 +128,17 @@ def parse_device(text: str) -> str:
     if kind == "cuda" and not torch.cuda.is_available():
         raise argparse.ArgumentTypeError(f"--device {text!r}: no CUDA device is available here")
     return text
+
+
+def parse_layer_list(text: str) -> list[int]:
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        values = []
+    if not values or any(v < 0 for v in values) or sorted(set(values)) != values:
+        raise argparse.ArgumentTypeError(f"expected distinct ascending layer indices like 0,3,7, "
+                                         f"got {text!r}")
+    return values
 
 
 def parse_temperatures(text: str) -> tuple[float, ...]:
@@ -222,7 +237,7 @@ def run(args) -> int:
                           lr=args.lr, seed=args.seed, max_steps=args.max_steps,
                           gamma=args.gamma, init_from=args.init_from,
                           distill_weight=args.distill_weight, compute_dtype=precision.name,
-                          lookup_hints=args.lookup_hints,
+                          lookup_hints=args.lookup_hints, keep_layers=args.keep_layers,
                           anchor_sampling=args.anchor_sampling, device=args.device,
                           time_budget_s=None if args.time_budget is None
                           else 60 * args.time_budget)

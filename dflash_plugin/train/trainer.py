@@ -38,7 +38,7 @@ from dflash_plugin.train.block_starts import (
     first_draft_hits,
     sample_weighted_anchors,
 )
-from dflash_plugin.train.deepen import deepen_drafter
+from dflash_plugin.train.deepen import deepen_drafter, default_kept_layers, shallower_drafter
 from dflash_plugin.train.feature_store import FeatureSource, FeatureStore, OnlineFeatures
 from dflash_plugin.train.widen import widen_drafter
 
@@ -82,6 +82,9 @@ class TrainConfig:
     # Share of the blocks with a prompt-lookup match that carry the lookup's continuation in
     # their mask slots (lookup_hints.py); 0: masks only (the paper).
     lookup_hints: float = 0.0
+    # With `init_from` deeper than `num_draft_layers`: the indices of its layers to keep (None:
+    # the first num_draft_layers - 1 and the last; deepen.default_kept_layers).
+    keep_layers: list[int] | None = None
 
 
 ANCHOR_SAMPLINGS = ("uniform", "block-starts")
@@ -245,6 +248,18 @@ class Trainer:
             if len(self.drafter.layers) < cfg.num_draft_layers:
                 # A shallower drafter to grow: the added layers start as the identity.
                 self.drafter = deepen_drafter(self.drafter, cfg.num_draft_layers)
+            elif len(self.drafter.layers) > cfg.num_draft_layers:
+                # A deeper drafter to shrink: keep some of its trained layers.
+                keep = cfg.keep_layers or default_kept_layers(len(self.drafter.layers),
+                                                              cfg.num_draft_layers)
+                if len(keep) != cfg.num_draft_layers:
+                    raise ValueError(f"keep_layers {keep} holds {len(keep)} layers, not "
+                                     f"num_draft_layers {cfg.num_draft_layers}")
+                self.drafter = shallower_drafter(self.drafter, list(keep))
+            elif cfg.keep_layers:
+                raise ValueError(f"keep_layers {cfg.keep_layers}: --init-from {cfg.init_from} has "
+                                 f"{len(self.drafter.layers)} layers, not more than "
+                                 f"num_draft_layers {cfg.num_draft_layers}")
             if set(self.store.meta["target_layer_ids"]) > set(self.drafter.fields.target_layer_ids):
                 # More target layers than it was trained on: the added ones start unread.
                 self.drafter = widen_drafter(self.drafter, self.store.meta["target_layer_ids"])
@@ -255,6 +270,8 @@ class Trainer:
                                           self.drafter.config.vocab_size)
                 self.drafter = with_reduced_vocabulary(
                     self.drafter, self.target_head.weight.data.float(), keep).train()
+        elif cfg.keep_layers:
+            raise ValueError("keep_layers picks layers of a deeper --init-from drafter; none given")
         else:
             self.drafter = init_drafter(cfg, target, self.store).float().train()
         if cfg.lookup_hints:
