@@ -149,9 +149,9 @@ def add_arguments(p):
                    help="one server at a time, each sweeping every level (less memory; runs of "
                         "different configurations then happen minutes apart)")
     p.add_argument("--restarts", type=int, default=1,
-                   help="with --sequential: start every server this many times, in turn, and "
-                        "pool each row's runs over all of them (on a small VM two instances of "
-                        "one server can differ by 10%%; default 1)")
+                   help="start every server this many times (all together, or in turn with "
+                        "--sequential) and pool each row's runs over all of them (on a small VM "
+                        "two instances of one server can differ by several percent; default 1)")
     p.add_argument("--max-tokens", type=int, default=128)
     p.add_argument("--temperature", type=float, default=0.0)
     p.add_argument("--ignore-eos", action="store_true",
@@ -219,9 +219,6 @@ def _check(args) -> tuple[dict[str, Variant], list[int]]:
         raise DFlashError(f"--repeats must be >= 1, got {args.repeats}")
     if args.restarts < 1:
         raise DFlashError(f"--restarts must be >= 1, got {args.restarts}")
-    if args.restarts > 1 and not args.sequential:
-        raise DFlashError("--restarts starts each server several times one after another; it "
-                          "needs --sequential")
     if args.num_prompts is not None and args.num_prompts < 1:
         raise DFlashError(f"--num-prompts must be >= 1, got {args.num_prompts}")
     if not args.tpot_bound > 0:  # also rejects nan
@@ -340,29 +337,44 @@ def _run_sequential(algorithms, resolved, prompts, levels, args, output: Path, a
 
 
 def _run_interleaved(algorithms, resolved, prompts, levels, args, output: Path, about: dict):
-    """Every server up at once; at each level, one run per configuration in turn, repeated."""
+    """Every server up at once; at each level, one run per configuration in turn, repeated, the
+    order reversed every other round (ABBA), so that a drifting machine slows every row alike.
+    With --restarts, all servers are started again for each round of levels, and each row pools
+    its runs over every start: two starts of one server can differ by a few percent."""
+    samples: dict[tuple[str, int], list[_Sample]] = {}
+    started_in: dict[tuple[str, int], set[int]] = {}  # the starts each row's runs come from
     rows: list[dict] = []
     broken = []
-    with ExitStack() as stack:
-        servers = {}
-        for algorithm in algorithms:
-            try:
-                servers[algorithm] = stack.enter_context(
-                    _started(algorithm, resolved[algorithm], args, output))
-            except (ServerExited, TimeoutError) as err:
-                broken.append(algorithm)
-                print(f"[bench] {algorithm}: server failed, no rows: {err}", file=sys.stderr)
-        for server, model in servers.values():
-            _warm_up(server.base_url, model, prompts, args)
-        for concurrency in levels:
-            samples = {algorithm: [] for algorithm in servers}
-            for _ in range(args.repeats):
-                for algorithm, (server, model) in servers.items():
-                    samples[algorithm].append(_measure(server.base_url, model, prompts,
-                                                       concurrency, args, 1))
-            rows += [_row(algorithm, concurrency, runs, resolved[algorithm])
-                     for algorithm, runs in samples.items()]
-            bench.write_json(bench.add_speedups(rows), output, **summaries(rows, args, about))
+    for start in range(args.restarts):
+        if args.restarts > 1:
+            print(f"[bench] start {start + 1} of {args.restarts}", file=sys.stderr, flush=True)
+        with ExitStack() as stack:
+            servers = {}
+            for algorithm in (a for a in algorithms if a not in broken):
+                try:
+                    servers[algorithm] = stack.enter_context(
+                        _started(algorithm, resolved[algorithm], args, output))
+                except (ServerExited, TimeoutError) as err:
+                    broken.append(algorithm)
+                    print(f"[bench] {algorithm}: server failed, no rows: {err}", file=sys.stderr)
+            for server, model in servers.values():
+                _warm_up(server.base_url, model, prompts, args)
+            for concurrency in levels:
+                order = list(servers)
+                for repeat in range(start * args.repeats, (start + 1) * args.repeats):
+                    for algorithm in (order if repeat % 2 == 0 else order[::-1]):
+                        server, model = servers[algorithm]
+                        samples.setdefault((algorithm, concurrency), []).append(_measure(
+                            server.base_url, model, prompts, concurrency, args, 1))
+                        started_in.setdefault((algorithm, concurrency), set()).add(start)
+                last = start + 1 == args.restarts  # rows are printed once, when complete
+                rows = [_row(a, c, samples[(a, c)], resolved[a],
+                             quiet=not (last and c == concurrency))
+                        for c in levels for a in algorithms
+                        if (a, c) in samples and a not in broken]
+                for row in rows if args.restarts > 1 else ():
+                    row["restarts"] = len(started_in[(row["algorithm"], row["concurrency"])])
+                bench.write_json(bench.add_speedups(rows), output, **summaries(rows, args, about))
     return rows, broken
 
 

@@ -151,8 +151,54 @@ def test_restarts_pool_every_start_of_every_server(tmp_path, monkeypatch):
     assert [r["restarts"] for r in saved["rows"]] == [3] * 4
 
 
-def test_restarts_need_sequential_and_a_positive_count():
-    with pytest.raises(DFlashError, match="needs --sequential"):
-        bench_command._check(bench_args("--restarts", "2"))
+def test_interleaved_restarts_alternate_and_pool_every_start(tmp_path, monkeypatch):
+    """Without --sequential: all servers up together, runs alternating in ABBA order at each
+    level, every server started --restarts times, each row pooling all its runs."""
+    from contextlib import contextmanager
+    from types import SimpleNamespace
+
+    events = []
+
+    @contextmanager
+    def started(algorithm, opts, args, output):
+        events.append(("start", algorithm))
+        yield SimpleNamespace(base_url=f"http://{algorithm}"), "model"
+        events.append(("stop", algorithm))
+
+    def measure(base_url, model, prompts, concurrency, args, repeats):
+        name = base_url.removeprefix("http://")
+        events.append(("run", name, concurrency))
+        speed = sum(e == ("start", name) for e in events)  # the n-th start runs n times as fast
+        results = [bench.RequestResult(ok=True, latency_s=1.0, ttft_s=0.1, output_tokens=10)
+                   for _ in range(concurrency)]
+        return bench_command._Sample(results, [concurrency / speed],
+                                     dict.fromkeys(bench.SPEC_COUNTERS, 0.0))
+
+    monkeypatch.setattr(bench_command, "_started", started)
+    monkeypatch.setattr(bench_command, "_warm_up", lambda *a: None)
+    monkeypatch.setattr(bench_command, "_measure", measure)
+    args = bench_args("--algorithms", "none,ngram", "--concurrency", "1,4", "--restarts", "2",
+                      "--repeats", "2", "--output", str(tmp_path / "b.json"))
+    variants, levels = bench_command._check(args)
+    rows, broken = bench_command._run_interleaved(list(variants), dict.fromkeys(variants), ["p"],
+                                                  levels, args, tmp_path / "b.json", {})
+    assert not broken
+    one_start = [("start", "none"), ("start", "ngram")]
+    for level in (1, 4):
+        one_start += [("run", "none", level), ("run", "ngram", level),
+                      ("run", "ngram", level), ("run", "none", level)]  # ABBA
+    one_start += [("stop", "ngram"), ("stop", "none")]
+    assert events == one_start * 2
+    assert [(r["algorithm"], r["concurrency"]) for r in rows] == [
+        ("none", 1), ("ngram", 1), ("none", 4), ("ngram", 4)]
+    for r in rows:
+        assert r["restarts"] == 2 and r["repeats"] == 4
+        assert r["output_tokens_per_s_runs"] == [10.0, 10.0, 20.0, 20.0]  # both starts pooled
+    saved = json.loads((tmp_path / "b.json").read_text())
+    assert [r["restarts"] for r in saved["rows"]] == [2] * 4
+
+
+def test_restarts_need_a_positive_count():
     with pytest.raises(DFlashError, match="--restarts must be >= 1"):
         bench_command._check(bench_args("--restarts", "0", "--sequential"))
+    assert bench_command._check(bench_args("--restarts", "2"))[1] == [1, 4, 16, 32]
