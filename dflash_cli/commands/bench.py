@@ -341,8 +341,7 @@ def _run_interleaved(algorithms, resolved, prompts, levels, args, output: Path, 
     order reversed every other round (ABBA), so that a drifting machine slows every row alike.
     With --restarts, all servers are started again for each round of levels, and each row pools
     its runs over every start: two starts of one server can differ by a few percent."""
-    samples: dict[tuple[str, int], list[_Sample]] = {}
-    started_in: dict[tuple[str, int], set[int]] = {}  # the starts each row's runs come from
+    samples: dict[tuple[str, int], list[_Sample]] = {}  # one per run: --repeats per start
     rows: list[dict] = []
     broken = []
     for start in range(args.restarts):
@@ -366,14 +365,14 @@ def _run_interleaved(algorithms, resolved, prompts, levels, args, output: Path, 
                         server, model = servers[algorithm]
                         samples.setdefault((algorithm, concurrency), []).append(_measure(
                             server.base_url, model, prompts, concurrency, args, 1))
-                        started_in.setdefault((algorithm, concurrency), set()).add(start)
                 last = start + 1 == args.restarts  # rows are printed once, when complete
                 rows = [_row(a, c, samples[(a, c)], resolved[a],
                              quiet=not (last and c == concurrency))
                         for c in levels for a in algorithms
                         if (a, c) in samples and a not in broken]
                 for row in rows if args.restarts > 1 else ():
-                    row["restarts"] = len(started_in[(row["algorithm"], row["concurrency"])])
+                    row["restarts"] = len(samples[(row["algorithm"],
+                                                   row["concurrency"])]) // args.repeats
                 bench.write_json(bench.add_speedups(rows), output, **summaries(rows, args, about))
     return rows, broken
 

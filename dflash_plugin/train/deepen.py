@@ -19,6 +19,29 @@ import torch
 from dflash_plugin.drafter import DFlashDraftModel
 
 
+def _rebuilt(drafter: DFlashDraftModel, sources: list[int]) -> DFlashDraftModel:
+    """A drafter whose layer i is a copy of `drafter`'s layer sources[i]; every other tensor
+    (`fc`, norms, head) as it is."""
+    config = copy.deepcopy(drafter.config)
+    config.num_hidden_layers = len(sources)
+    layer_types = getattr(config, "layer_types", None)
+    if layer_types:
+        config.layer_types = [layer_types[i] for i in sources]
+    weight = next(drafter.parameters())
+    rebuilt = DFlashDraftModel(config).to(dtype=weight.dtype, device=weight.device)
+    state, old = {}, drafter.state_dict()
+    for name, tensor in old.items():
+        if not name.startswith("layers."):
+            state[name] = tensor
+    for new_index, old_index in enumerate(sources):
+        prefix = f"layers.{old_index}."
+        for name, tensor in old.items():
+            if name.startswith(prefix):
+                state[f"layers.{new_index}.{name[len(prefix):]}"] = tensor.clone()
+    rebuilt.load_state_dict(state, strict=True)
+    return rebuilt.train(drafter.training)
+
+
 def deepen_drafter(drafter: DFlashDraftModel, num_layers: int) -> DFlashDraftModel:
     """The same drafter with `num_layers` layers; the added ones are identity maps at first."""
     have = len(drafter.layers)
@@ -26,23 +49,12 @@ def deepen_drafter(drafter: DFlashDraftModel, num_layers: int) -> DFlashDraftMod
         raise ValueError(f"cannot deepen a {have}-layer drafter to {num_layers} layers")
     if num_layers == have:
         return drafter
-    config = copy.deepcopy(drafter.config)
-    config.num_hidden_layers = num_layers
-    layer_types = getattr(config, "layer_types", None)
-    if layer_types:
-        config.layer_types = list(layer_types) + [layer_types[-1]] * (num_layers - have)
-    weight = next(drafter.parameters())
-    deeper = DFlashDraftModel(config).to(dtype=weight.dtype, device=weight.device)
-    state = drafter.state_dict()
-    last = f"layers.{have - 1}."
-    for index in range(have, num_layers):
-        for name, tensor in list(state.items()):
-            if name.startswith(last):
-                state[f"layers.{index}." + name[len(last):]] = tensor.clone()
-        state[f"layers.{index}.self_attn.o_proj.weight"].zero_()
-        state[f"layers.{index}.mlp.down_proj.weight"].zero_()
-    deeper.load_state_dict(state, strict=True)
-    return deeper.train(drafter.training)
+    deeper = _rebuilt(drafter, [*range(have), *[have - 1] * (num_layers - have)])
+    with torch.no_grad():
+        for layer in deeper.layers[have:]:
+            layer.self_attn.o_proj.weight.zero_()
+            layer.mlp.down_proj.weight.zero_()
+    return deeper
 
 
 def default_kept_layers(have: int, num_layers: int) -> list[int]:
@@ -62,20 +74,4 @@ def shallower_drafter(drafter: DFlashDraftModel, keep: list[int]) -> DFlashDraft
     if not keep or sorted(set(keep)) != list(keep) or keep[0] < 0 or keep[-1] >= have:
         raise ValueError(f"layers to keep {keep}: give distinct ascending indices of the "
                          f"drafter's {have} layers (0-{have - 1})")
-    config = copy.deepcopy(drafter.config)
-    config.num_hidden_layers = len(keep)
-    layer_types = getattr(config, "layer_types", None)
-    if layer_types:
-        config.layer_types = [layer_types[i] for i in keep]
-    weight = next(drafter.parameters())
-    shallower = DFlashDraftModel(config).to(dtype=weight.dtype, device=weight.device)
-    state = {}
-    for name, tensor in drafter.state_dict().items():
-        if not name.startswith("layers."):
-            state[name] = tensor
-            continue
-        index, rest = name[len("layers."):].split(".", 1)
-        if int(index) in keep:
-            state[f"layers.{keep.index(int(index))}.{rest}"] = tensor
-    shallower.load_state_dict(state, strict=True)
-    return shallower.train(drafter.training)
+    return _rebuilt(drafter, list(keep))

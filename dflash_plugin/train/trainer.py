@@ -255,7 +255,7 @@ class Trainer:
                 if len(keep) != cfg.num_draft_layers:
                     raise ValueError(f"keep_layers {keep} holds {len(keep)} layers, not "
                                      f"num_draft_layers {cfg.num_draft_layers}")
-                self.drafter = shallower_drafter(self.drafter, list(keep))
+                self.drafter = shallower_drafter(self.drafter, keep)
             elif cfg.keep_layers:
                 raise ValueError(f"keep_layers {cfg.keep_layers}: --init-from {cfg.init_from} has "
                                  f"{len(self.drafter.layers)} layers, not more than "
