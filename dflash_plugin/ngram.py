@@ -11,7 +11,9 @@ back, per request, which draft to verify and how much of it.
   verification like the drafter's confidence calibration.
 - `NgramDrafts`: per step, before the draft pass, whether n-gram drafts alone (no draft pass
   to pay for) beat running the drafter; after the pass, per request, the draft with the larger
-  expected gain. Lengths are then planned by the same cost model (draft_policy).
+  expected gain. Lengths are then planned by the same cost model (draft_policy), and
+  lookup-only steps are run only where recent ones paid for their time
+  (lookup_gate.LookupGate).
 
 Lossless either way: the target verifies whatever is drafted. n-gram drafts are deterministic,
 so at T > 0 they may only be verified where the step carries no draft distribution (the adapter
@@ -33,6 +35,7 @@ from dflash_plugin.draft_policy import (
     cumulative_acceptance,
     plan_draft_lengths,
 )
+from dflash_plugin.lookup_gate import LookupGate
 
 # The lookup vLLM's n-gram method runs with under `dflash serve --speculative-algorithm NGRAM`.
 NGRAM_MIN = 2
@@ -188,6 +191,7 @@ class NgramDrafts:
         # its n-gram draft anyway, so that the calibration keeps learning what lookup is worth.
         self.explore_every = explore_every
         self.steps_unused = 0
+        self.gate = LookupGate()  # what lookup-only steps brought, per band of batch sizes
         self._free: tuple[CostModel | None, CostModel | None] = (None, None)
 
     @staticmethod
@@ -223,6 +227,8 @@ class NgramDrafts:
             if any(with_pass) and (expected_rate(mixed, with_pass, costs, True)
                                    > expected_rate(lookup, lengths, free, False)):
                 return None
+        if not self.gate.allows(costs, batch, sum(lengths)):
+            return None
         self.counts.steps_without_draft_pass += 1
         return lengths
 

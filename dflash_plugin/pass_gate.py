@@ -64,10 +64,13 @@ class PassGate:
 
     def record(self, costs: CostModel, batch: int, verified: int, accepted: int):
         """One draft pass's outcome (`verified` drafts handed out, `accepted` of them taken)."""
+        self.record_value(batch, self.pass_value(costs, batch, verified, accepted))
+
+    def record_value(self, batch: int, value: float):
+        """One outcome at `batch` worth `value` (cost units, net of what it cost)."""
         if batch < 1:
             return
         rec = self.bands.setdefault(band_of(batch), BandRecord())
-        value = self.pass_value(costs, batch, verified, accepted)
         rec.net = rec.net * self.decay + value
         rec.squares = rec.squares * self.decay + value * value
         rec.weight = rec.weight * self.decay + 1.0
@@ -89,8 +92,9 @@ class PassGate:
         """Whether passes at this batch are refused (exploration aside); changes nothing."""
         return self._lowest_losing(band_of(batch)) is not None
 
-    def allows(self, costs: CostModel, batch: int) -> bool:
-        """May a draft pass run at this batch? Counts the step against a closed band's wait."""
+    def allows(self, costs: CostModel, batch: int, probe: float | None = None) -> bool:
+        """May a draft pass run at this batch? Counts the step against a closed band's wait.
+        `probe`: what one exploring try costs (default: a draft pass at this batch)."""
         b = band_of(batch)
         lowest = self._lowest_losing(b)
         if lowest is None:
@@ -100,13 +104,15 @@ class PassGate:
             return False
         rec = self.bands[b]
         rec.steps_closed += 1
-        wait = costs.draft_time(batch) / (self.explore_share * costs.verify_time(batch))
+        probe = costs.draft_time(batch) if probe is None else probe
+        wait = probe / (self.explore_share * costs.verify_time(batch))
         if rec.steps_closed >= math.ceil(wait):
+            rec.steps_closed = 0  # the next try waits as long, even if this one is not booked
             return True  # explore: its outcome is booked like any other pass
         self.vetoed += 1
         return False
 
-    def summary(self) -> str:
+    def summary(self, what: str = "draft passes", unit: str = "pass") -> str:
         parts = []
         for b in sorted(self.bands):
             rec = self.bands[b]
@@ -114,6 +120,6 @@ class PassGate:
             span = f"{low}" if low == high else f"{low}-{high}"
             state = "closed" if self.losing(b) else "open"
             mean = rec.net / rec.weight if rec.weight else 0.0
-            parts.append(f"{span} requests {state} ({mean:+.2f} per pass)")
-        return "draft passes by batch: " + (", ".join(parts) or "none yet") + \
+            parts.append(f"{span} requests {state} ({mean:+.2f} per {unit})")
+        return f"{what} by batch: " + (", ".join(parts) or "none yet") + \
             f"; {self.vetoed} vetoed"

@@ -92,6 +92,13 @@ def agree_across_ranks(measured: MeasuredCosts, group=None) -> MeasuredCosts:
     return group.broadcast_object(measured, src=0)
 
 
+def own_times() -> bool:
+    """Whether this worker may act on its own wall times: not on one of several tensor-parallel
+    ranks, whose draft decisions must agree (they use the agreed cost model instead)."""
+    group = _tensor_parallel_group()
+    return group is None or group.world_size <= 1
+
+
 def _tensor_parallel_group():
     try:
         from vllm.distributed.parallel_state import get_tp_group
@@ -177,6 +184,11 @@ class Drafting:
         self.clock = clock
         self._left: float | None = None
         self._step: tuple[int, int, torch.Tensor | None] | None = None
+        # The target step this propose call receives, for the lookup gate: (batch, tokens it
+        # processed, longest query, ms); None when not timed. Only a worker on its own times
+        # them (own_times; asked at the first timed step, once the engine's groups exist).
+        self._timed: tuple[int, int, int, float] | None = None
+        self._own_times: bool | None = None
         self.measured: MeasuredCosts | None = None  # the last refit's (the policy's costs)
         self._logged: MeasuredCosts | None = None  # the measured costs last logged at INFO
         # Prompt-lookup drafts (DFLASH_NGRAM_DRAFTS; None: off) and this step's token sources,
@@ -216,13 +228,18 @@ class Drafting:
         starts = cad.query_start_loc_cpu[:batch + 1]
         max_query = int((starts[1:] - starts[:-1]).max()) if batch else 0
         self._step = (batch, max_query, device_tensor)
-        if self._left is not None and self.clock.target_step(
-                int(cad.num_actual_tokens), batch, max_query, (entered - self._left) * 1e3):
-            self._refit()
+        if self._left is not None:
+            ms = (entered - self._left) * 1e3
+            if self._own_times is None:
+                self._own_times = own_times()
+            if self._own_times and self.clock.is_decode(max_query):
+                self._timed = (batch, int(cad.num_actual_tokens), max_query, ms)
+            if self.clock.target_step(int(cad.num_actual_tokens), batch, max_query, ms):
+                self._refit()
         try:
             yield
         finally:
-            self._step = None
+            self._step = self._timed = None
             self._left = self.now()
 
     @contextmanager
@@ -280,6 +297,8 @@ class Drafting:
         rejected = num_rejected.tolist() if num_rejected is not None else None
         pending, self._pending = self._pending, {}
         last_pass, self._last_pass = self._last_pass, None
+        if not pending and last_pass is None:
+            self._book_draft_free_step(len(starts) - 1, starts[-1])
         if not pending or rejected is None:
             if last_pass is not None:
                 self.policy.pass_outcome(*last_pass, 0)
@@ -307,6 +326,27 @@ class Drafting:
             self.policy.observe(confidences, accepted)
         if lookups[0] and self.ngram is not None:
             self.ngram.observe(*lookups)
+            if last_pass is None:
+                self._book_lookup_step(len(rejected), starts[-1], sum(lookups[1]),
+                                       sum(lookups[2]))
+
+    def _step_ms(self, batch: int, num_tokens: int) -> float | None:
+        """The measured time of the step with this shape that just ran (None: not timed)."""
+        timed = self._timed
+        return timed[3] if timed is not None and timed[:2] == (batch, num_tokens) else None
+
+    def _book_draft_free_step(self, batch: int, num_tokens: int):
+        """The step just verified no drafts: its time is the lookup gate's reference."""
+        ms = self._step_ms(batch, num_tokens) if num_tokens == batch else None
+        if self.ngram is not None and ms is not None:
+            self.ngram.gate.draft_free_step(batch, ms)
+
+    def _book_lookup_step(self, batch: int, num_tokens: int, verified: int, accepted: int):
+        """The step just verified lookup drafts only (no draft pass ran for it). A step whose
+        tokens do not add up (a prefill chunk rode along) says nothing and is not booked."""
+        if num_tokens == batch + verified:
+            self.ngram.gate.lookup_step(self.policy.costs, batch, verified, accepted,
+                                        self._step_ms(batch, num_tokens))
 
     def _count_step(self):
         self.counts.steps += 1
@@ -315,7 +355,8 @@ class Drafting:
                         self.policy.gate.summary())
             self.counts = StepCounts()
             if self.ngram is not None:
-                logger.info("dflash plugin: %s", self.ngram.counts.summary())
+                logger.info("dflash plugin: %s; %s", self.ngram.counts.summary(),
+                            self.ngram.gate.summary())
                 self.ngram.counts = type(self.ngram.counts)()
 
     def rows_without_context(self, batch: int) -> list[int]:

@@ -171,3 +171,40 @@ def test_hints_go_into_each_requests_mask_slots_for_one_call_only():
     ids = torch.zeros(6, dtype=torch.int64)
     write_hints(ids, [None, NgramMatch(np.array([7]), 3)], per_request=3)
     assert ids.tolist() == [0, 0, 0, 0, 7, 0]
+
+
+def test_lookup_only_steps_are_booked_by_their_time_against_draft_free_steps():
+    """The propose hook's view: draft-free steps of two requests take 50 ms, then a step that
+    verified a lookup draft took 80 ms and had 3 of its tokens accepted. The gate books
+    3/2 - (80 - 50)/50 plain steps of two requests, from those times, not from the model."""
+    from dflash_plugin.step_clock import StepClock
+
+    drafting = drafting_with_lookup(0.5, lookup_rate=1.0)
+    drafting.clock = StepClock(drafting.policy.costs, BLOCK + 1)
+    clock_ms = [100.0]
+    drafting.now = lambda: clock_ms[0] / 1e3
+
+    def step(ms, queries, ids, rejected, hand_out=False):
+        clock_ms[0] += ms  # the target step between two propose calls
+        starts = torch.tensor([0, *np.cumsum(queries)], dtype=torch.int32)
+        cad = SimpleNamespace(batch_size=lambda: len(queries), query_start_loc_cpu=starts,
+                              num_actual_tokens=int(starts[-1]))
+        with drafting.timing_step(cad):
+            drafting.learn(torch.tensor(ids), starts, torch.tensor(rejected))
+            if hand_out:
+                record(drafting, [PROMPT + [7], [40, 41]], [[8, -1], [42, -1]])
+                matches = drafting.lookup(2, BLOCK)
+                lengths = drafting.lookup_only(matches, BLOCK, draft_pass=False)
+                return drafting.lookup_drafts(2, matches, lengths, torch.tensor([8, 42]))
+
+    step(0.0, [300, 1], [0] * 301, [0, 0])  # a prefill: neither timed nor a reference
+    for _ in range(4):
+        step(50.0, [1, 1], [5, 6], [0, 0])
+    gate = drafting.ngram.gate
+    assert gate.draft_free.reference(2) == pytest.approx(50.0)
+    drafts = step(50.0, [1, 1], [5, 6], [0, 0], hand_out=True)[0]
+    assert len(drafts) >= 4
+    step(80.0, [1 + len(drafts), 1], [8, *drafts, 42], [len(drafts) - 3, 0])
+    assert (gate.timed, gate.priced) == (1, 0)
+    assert gate.gate.bands[2].net == pytest.approx(3 / 2 - 30 / 50)
+    assert "lookup-only steps by batch: 2-3 requests open (+0.90 per step)" in gate.summary()

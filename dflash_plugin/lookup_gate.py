@@ -1,0 +1,90 @@
+"""What lookup-only steps actually brought, timed against the draft-free steps beside them.
+
+A step that verifies prompt-lookup drafts and runs no draft pass costs only a longer target
+step. The policy prices that as `verify_per_token` a token, a line fitted over all steps; under
+load on a CPU the real extra time of such a step was about twice that (a step with drafts also
+runs the rejection sampler and wider attention, which a draft-free step skips). So each
+lookup-only step is booked by its own time: the recent draft-free steps of the same batch size
+give the reference R, and the step gained
+
+    accepted tokens x R / batch  -  (its time - R)
+
+in units of R. Where no time is at hand (no reference yet, or a tensor-parallel engine, whose
+ranks must decide alike), the cost model prices the extra tokens instead. Bands of batch sizes
+close and re-open as the draft-pass gate's do (pass_gate.PassGate); a closed band runs no
+lookup-only steps.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import deque
+
+from dflash_plugin.pass_gate import CostModel, PassGate
+
+KEEP = 16  # newest draft-free step times kept per batch size
+MIN_SAMPLES = 3  # draft-free steps a batch size needs before it is a reference
+GAP_FACTOR = 3.0  # a step above this many references is an idle gap or a stall, not a cost
+
+
+class DraftFreeSteps:
+    """The recent times of steps that verified no drafts, per batch size."""
+
+    def __init__(self, keep: int = KEEP, min_samples: int = MIN_SAMPLES):
+        self.keep, self.min_samples = keep, min_samples
+        self._times: dict[int, deque[float]] = {}
+
+    def add(self, batch: int, ms: float):
+        if batch >= 1 and ms > 0:
+            self._times.setdefault(batch, deque(maxlen=self.keep)).append(float(ms))
+
+    def reference(self, batch: int) -> float | None:
+        """The median of this batch size's recent draft-free steps (None: too few yet)."""
+        times = self._times.get(batch)
+        if times is None or len(times) < self.min_samples:
+            return None
+        return statistics.median(times)
+
+
+class LookupGate:
+    """Per band of batch sizes: the decayed mean net value of recent lookup-only steps."""
+
+    def __init__(self, gate: PassGate | None = None, gap_factor: float = GAP_FACTOR):
+        self.gate = gate if gate is not None else PassGate()
+        self.draft_free = DraftFreeSteps()
+        self.gap_factor = gap_factor
+        self.timed = 0  # lookup-only steps booked by their measured time (diagnostics)
+        self.priced = 0  # ... and by the cost model
+
+    def draft_free_step(self, batch: int, ms: float):
+        """A step that verified no drafts at all, for `batch` requests, took `ms`."""
+        self.draft_free.add(batch, ms)
+
+    def lookup_step(self, costs: CostModel, batch: int, verified: int, accepted: int,
+                    ms: float | None = None):
+        """A lookup-only step verified `verified` drafts for `batch` requests and `accepted` of
+        them were taken; `ms`: its measured time (None: not measured)."""
+        if batch < 1:
+            return
+        reference = self.draft_free.reference(batch) if ms is not None else None
+        if reference is not None:
+            if not 0 < ms <= self.gap_factor * reference:
+                return  # an idle gap or a stall says nothing about the drafts
+            self.timed += 1
+            self.gate.record_value(batch, accepted / batch - (ms - reference) / reference)
+            return
+        self.priced += 1
+        plain = costs.verify_time(batch)
+        self.gate.record_value(batch, (accepted * plain / batch
+                                       - costs.verify_per_token * verified) / plain)
+
+    def allows(self, costs: CostModel, batch: int, verified: int) -> bool:
+        """May a step at this batch verify `verified` lookup drafts (and no draft pass)?"""
+        return self.gate.allows(costs, batch, probe=costs.verify_per_token * max(verified, 1))
+
+    def closed(self, batch: int) -> bool:
+        return self.gate.closed(batch)
+
+    def summary(self) -> str:
+        return (self.gate.summary("lookup-only steps", "step")
+                + f"; {self.timed} timed, {self.priced} priced")
