@@ -28,8 +28,9 @@ def test_teacher_forced_acceptance_matches_decoding(target_f32, shipped_drafter_
                                                     chat_prompts):
     drafter = shipped_drafter_f32
     matched = compared = 0
+    new_tokens = 48
     for prompt in chat_prompts[:3]:
-        out = SpecDecoder(target_f32, drafter).generate(prompt, 48, stop_token_ids={EOS})
+        out = SpecDecoder(target_f32, drafter).generate(prompt, new_tokens, stop_token_ids={EOS})
         ids = prompt[0].tolist() + out.token_ids
         prompt_len = prompt.shape[1]
         capture = FeatureCapture(target_f32, drafter.fields.target_layer_ids)
@@ -40,8 +41,11 @@ def test_teacher_forced_acceptance_matches_decoding(target_f32, shipped_drafter_
         assert accepted.numel() == len(out.token_ids) - 1
         anchor = 0  # answer position of the bonus token each decoding step drafted after
         for step_accepted in out.stats.accept_lengths[:-1]:  # the last is cut by the length
-            compared += 1
-            matched += int(accepted[anchor]) == step_accepted
+            # Near the length limit decoding drafts a shorter block, whose masks the drafter
+            # attends to: other drafts than the full block's. Compare full blocks only.
+            if new_tokens - anchor >= drafter.block_size:
+                compared += 1
+                matched += int(accepted[anchor]) == step_accepted
             anchor += step_accepted
     assert compared >= 10
     assert matched == compared
