@@ -21,10 +21,10 @@ import statistics
 from collections import deque
 
 from dflash_plugin.pass_gate import CostModel, PassGate
+from dflash_plugin.step_clock import GAP_FACTOR  # above it: an idle gap, not a cost
 
 KEEP = 16  # newest draft-free step times kept per batch size
 MIN_SAMPLES = 3  # draft-free steps a batch size needs before it is a reference
-GAP_FACTOR = 3.0  # a step above this many references is an idle gap or a stall, not a cost
 
 
 class DraftFreeSteps:

@@ -185,9 +185,9 @@ class Drafting:
         self._left: float | None = None
         self._step: tuple[int, int, torch.Tensor | None] | None = None
         # The target step this propose call receives, for the lookup gate: (batch, tokens it
-        # processed, longest query, ms); None when not timed. Only a worker on its own times
+        # processed, ms); None when not timed. Only a worker on its own times
         # them (own_times; asked at the first timed step, once the engine's groups exist).
-        self._timed: tuple[int, int, int, float] | None = None
+        self._timed: tuple[int, int, float] | None = None
         self._own_times: bool | None = None
         self.measured: MeasuredCosts | None = None  # the last refit's (the policy's costs)
         self._logged: MeasuredCosts | None = None  # the measured costs last logged at INFO
@@ -233,7 +233,7 @@ class Drafting:
             if self._own_times is None:
                 self._own_times = own_times()
             if self._own_times and self.clock.is_decode(max_query):
-                self._timed = (batch, int(cad.num_actual_tokens), max_query, ms)
+                self._timed = (batch, int(cad.num_actual_tokens), ms)
             if self.clock.target_step(int(cad.num_actual_tokens), batch, max_query, ms):
                 self._refit()
         try:
@@ -333,7 +333,7 @@ class Drafting:
     def _step_ms(self, batch: int, num_tokens: int) -> float | None:
         """The measured time of the step with this shape that just ran (None: not timed)."""
         timed = self._timed
-        return timed[3] if timed is not None and timed[:2] == (batch, num_tokens) else None
+        return timed[2] if timed is not None and timed[:2] == (batch, num_tokens) else None
 
     def _book_draft_free_step(self, batch: int, num_tokens: int):
         """The step just verified no drafts: its time is the lookup gate's reference."""
