@@ -315,11 +315,19 @@ class DraftPolicy:
         return self._expect_drafts(batch) and self.gate.allows(self.costs, batch)
 
     def passes_closed(self, batch: int) -> bool:
-        """No draft pass is to be expected at this batch size: even the optimistic prior
-        drafter would not pay for it, or passes here have lost time (the gate)."""
+        """No draft pass is to be expected at this batch size: the drafter as it has accepted
+        lately would not pay for one (only exploration would run it), or passes here have
+        lost time (the gate)."""
         if self.mode is not PolicyMode.ADAPTIVE:
             return self.mode is PolicyMode.OFF
-        return not self._drafts_pay_off(batch, prior=True) or self.gate.closed(batch)
+        return not self._drafts_pay_off(batch, prior=False) or self.gate.closed(batch)
+
+    def passes_hopeless(self, batch: int) -> bool:
+        """Not even the optimistic prior drafter would pay for a pass at this batch size: load
+        so heavy that no pass is to be expected whatever the drafter learns."""
+        if self.mode is not PolicyMode.ADAPTIVE:
+            return self.mode is PolicyMode.OFF
+        return not self._drafts_pay_off(batch, prior=True)
 
     def _expect_drafts(self, batch: int) -> bool:
         if self._drafts_pay_off(batch, prior=False):

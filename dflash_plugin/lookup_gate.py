@@ -82,6 +82,11 @@ class LookupGate:
         """May a step at this batch verify `verified` lookup drafts (and no draft pass)?"""
         return self.gate.allows(costs, batch, probe=costs.verify_per_token * max(verified, 1))
 
+    def waits(self, costs: CostModel, batch: int) -> bool:
+        """Lookup at this batch is sure to be refused this step (PassGate.waits): the caller
+        may leave the lookup itself out."""
+        return self.gate.waits(costs, batch, probe=costs.verify_per_token)
+
     def closed(self, batch: int) -> bool:
         return self.gate.closed(batch)
 

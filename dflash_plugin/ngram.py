@@ -122,6 +122,14 @@ class NgramCalibration:
             gains[i, :length] = torch.cumprod(rates[self._row(match.ngram), :length], dim=0)
         return gains
 
+    def best_gains(self, limit: int) -> torch.Tensor:
+        """[1, limit] the highest chance over n-gram lengths that tokens 1..k are all accepted
+        (an upper bound on any match's gains)."""
+        length = min(limit, self.block)
+        best = torch.zeros(1, limit, dtype=torch.float64)
+        best[0, :length] = torch.cumprod(self.accepted / self.tried, dim=1)[:, :length].amax(0)
+        return best
+
     def observe(self, ngrams: Sequence[int], drafted: Sequence[int], accepted: Sequence[int]):
         """Verified n-gram drafts: the matched length, the tokens verified and how many of them
         the target accepted (tokens 1..a accepted, token a+1 rejected, later ones unknown)."""
@@ -193,6 +201,9 @@ class NgramDrafts:
         self.steps_unused = 0
         self.gate = LookupGate()  # what lookup-only steps brought, per band of batch sizes
         self._free: tuple[CostModel | None, CostModel | None] = (None, None)
+        # could_pay's answers per (batch, limit), for these costs and drafts seen
+        self._could_pay: dict[tuple[int, int], bool] = {}
+        self._could_pay_key: tuple[CostModel, int] | None = None
 
     @staticmethod
     def active(policy: DraftPolicy) -> bool:
@@ -203,6 +214,21 @@ class NgramDrafts:
         """One lookup per request (None: no history, e.g. a prefill chunk, or no match)."""
         return [None if h is None else find_ngram_draft(h, k, self.min_n, self.max_n)
                 for h in histories]
+
+    def could_pay(self, costs: CostModel, batch: int, limit: int) -> bool:
+        """Whether lookup-only drafts could pay at this batch at all: planned for the best
+        case, every request matching `limit` tokens at the best calibrated chances of any
+        n-gram length. Fewer or weaker matches only lower the best rate, so False means that
+        a step without a draft pass need not look up n-grams."""
+        seen = self.calibration.num_drafts_seen
+        if (self._could_pay_key is None or self._could_pay_key[0] is not costs
+                or self._could_pay_key[1] != seen):
+            self._could_pay_key, self._could_pay = (costs, seen), {}
+        if (batch, limit) not in self._could_pay:
+            best = self.calibration.best_gains(limit)
+            lengths = plan_draft_lengths(best.expand(batch, -1), self._without_draft_pass(costs))
+            self._could_pay[(batch, limit)] = any(lengths)
+        return self._could_pay[(batch, limit)]
 
     def plan_without_draft_pass(self, policy: DraftPolicy, matches: Sequence[NgramMatch | None],
                                 limit: int, drafter_runs: bool) -> list[int] | None:

@@ -40,6 +40,7 @@ class BandRecord:
     weight: float = 0.0  # decayed number of passes
     passes: int = 0
     steps_closed: int = 0  # steps at this band without a pass since it closed (or last explored)
+    probe: float | None = None  # what the last try refused here would have cost
 
 
 class PassGate:
@@ -104,13 +105,35 @@ class PassGate:
             return False
         rec = self.bands[b]
         rec.steps_closed += 1
-        probe = costs.draft_time(batch) if probe is None else probe
-        wait = probe / (self.explore_share * costs.verify_time(batch))
-        if rec.steps_closed >= math.ceil(wait):
+        rec.probe = costs.draft_time(batch) if probe is None else probe
+        if rec.steps_closed >= self._wait(costs, batch, rec.probe):
             rec.steps_closed = 0  # the next try waits as long, even if this one is not booked
             return True  # explore: its outcome is booked like any other pass
         self.vetoed += 1
         return False
+
+    def waits(self, costs: CostModel, batch: int, probe: float) -> bool:
+        """Whether a try at this batch is sure to be refused, asked before its size is known
+        (so that a caller can skip preparing it): a band at or below this one is closed and
+        this band's next exploring try is not due. Such a step counts against the wait as a
+        refused `allows` does, priced like the last refused try (else `probe`); where a try is
+        due nothing is counted, and the caller's `allows` then grants it."""
+        b = band_of(batch)
+        lowest = self._lowest_losing(b)
+        if lowest is None:
+            return False
+        if lowest < b:
+            return True
+        rec = self.bands[b]
+        wait = self._wait(costs, batch, rec.probe if rec.probe is not None else probe)
+        if rec.steps_closed + 1 >= wait:
+            return False
+        rec.steps_closed += 1
+        return True
+
+    def _wait(self, costs: CostModel, batch: int, probe: float) -> int:
+        """Steps a closed band waits between tries costing `probe`: its explore share."""
+        return math.ceil(probe / (self.explore_share * costs.verify_time(batch)))
 
     def summary(self, what: str = "draft passes", unit: str = "pass") -> str:
         parts = []

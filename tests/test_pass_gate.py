@@ -53,6 +53,30 @@ def test_closed_band_explores_once_within_its_share_of_time_then_recovers():
     assert gate.allows(COSTS, 16)
 
 
+def test_waits_counts_sure_refusals_and_leaves_a_due_try_to_allows():
+    gate = PassGate(min_passes=1, decay=0.5, explore_share=0.01)
+    probe = COSTS.draft_time(16)
+    assert not gate.waits(COSTS, 16, probe)  # an open band: a try may be granted
+    gate.record(COSTS, 16, verified=0, accepted=0)
+    wait = math.ceil(probe / (0.01 * COSTS.verify_time(16)))
+    # the same schedule as asking `allows` every step: wait - 1 refused steps, then a try
+    assert [gate.waits(COSTS, 16, probe) for _ in range(wait - 1)] == [True] * (wait - 1)
+    assert not gate.waits(COSTS, 16, probe) and not gate.waits(COSTS, 16, probe)  # due: kept
+    assert gate.allows(COSTS, 16)  # the caller's own ask grants it
+    assert gate.bands[5].steps_closed == 0 and gate.waits(COSTS, 16, probe)
+    # a refused try's own price sets the wait from then on (here ten times the probe)
+    gate.bands[5].steps_closed = 0
+    assert not gate.allows(COSTS, 16, probe=10 * probe)
+    wait_10 = math.ceil(10 * probe / (0.01 * COSTS.verify_time(16)))
+    answers = [gate.waits(COSTS, 16, probe) for _ in range(wait_10)]
+    assert answers.index(False) == wait_10 - 2  # the refused ask above counted once
+    # below a closed band nothing waits; above it everything does, without counting
+    gate.record(COSTS, 4, verified=0, accepted=0)
+    closed_steps = gate.bands[5].steps_closed
+    assert gate.waits(COSTS, 20, probe) and gate.bands[5].steps_closed == closed_steps
+    assert not gate.waits(COSTS, 2, probe)
+
+
 def test_policy_consults_the_gate_and_spends_nothing_on_a_closed_band():
     policy = DraftPolicy(PolicyMode.ADAPTIVE, CPU_COSTS, block=8)
     assert policy.should_draft(2)

@@ -371,24 +371,48 @@ class Drafting:
         req_ids = request_ids(self.step_tokens, batch)
         if req_ids is None:
             return []
+        return [row for row, keep in enumerate(self._keeps_context(req_ids)) if not keep]
+
+    def _keeps_context(self, req_ids: Sequence[str]) -> list[bool]:
+        """Per request of this step (all of its batch), whether its drafter context is kept;
+        decided when a request is first seen (`rows_without_context`), and taken from every
+        request of a batch so large that no pass is to be expected even from a better drafter
+        (`DraftPolicy.passes_hopeless`): their context would cost every step for nothing."""
+        batch = len(req_ids)
         known = self._has_context
-        rows = []
-        for row, req_id in enumerate(req_ids):
+        if batch > 1 and self.policy.passes_hopeless(batch):
+            for req_id in req_ids:  # nobody in so large a batch keeps context
+                known[req_id] = False
+        for req_id in req_ids:
             if req_id not in known:
                 known[req_id] = batch <= 1 or not self.policy.passes_closed(batch)
-            if not known[req_id]:
-                rows.append(row)
+        keeps = [known[r] for r in req_ids]
         if len(known) > 4 * batch + 64:  # forget finished requests
             self._has_context = {r: known[r] for r in req_ids}
-        return rows
+        return keeps
 
-    def lookup(self, batch: int, k: int, no_drafts: Sequence[int] = ()) -> list[NgramMatch | None]:
+    def _lookup_wanted(self, batch: int) -> bool:
+        """Whether this step may verify lookup drafts without a draft pass: lookup is on,
+        such drafts could pay at this batch at all (NgramDrafts.could_pay), and its gate is
+        not sure to refuse them (LookupGate.waits, which counts a refused step towards the
+        band's next try)."""
+        return (self.ngram is not None and self.ngram.active(self.policy)
+                and self.ngram.could_pay(self.policy.costs, batch, self.policy.block)
+                and not self.ngram.gate.waits(self.policy.costs, batch))
+
+    def lookup(self, batch: int, k: int, no_drafts: Sequence[int] = (),
+               draft_pass: bool = True) -> list[NgramMatch | None]:
         """This step's prompt-lookup proposals of up to k tokens per request, from P6's record
-        (empty when lookup is off or the policy does not choose lengths). For a drafter that
-        reads hints, the same proposals are kept in `hints` whatever the policy."""
+        (empty when lookup is off or the policy does not choose lengths, and without a
+        `draft_pass` when the lookup gate refuses lookup-only drafts at this batch). For a
+        drafter that reads hints, the same proposals are kept in `hints` whatever the policy."""
         record, self.step_tokens = self.step_tokens, None
         self.hints = []
         hybrid = self.ngram is not None and self.ngram.active(self.policy)
+        if not draft_pass:  # hints only serve a draft pass
+            hybrid = hybrid and self._lookup_wanted(batch)
+            if not hybrid:
+                return []
         if k <= 0 or not (hybrid or self.lookup_hints):
             return []
         found = histories(record, batch)

@@ -112,9 +112,9 @@ def _propose_with_policy(original, proposer, drafting, args):
                    num_rejected_tokens_gpu)
     no_drafts = plain_rows(sampling_metadata)  # min_p / logit_bias requests (P5)
     no_context = drafting.rows_without_context(batch)  # P6's request ids
-    matches = drafting.lookup(batch, num_speculative_tokens, no_drafts)  # P6's histories
     draft_pass = (num_speculative_tokens > 0 and len({*no_drafts, *no_context}) < batch
                   and drafting.policy.should_draft(batch))
+    matches = drafting.lookup(batch, num_speculative_tokens, no_drafts, draft_pass)  # P6's
     lookup_only = drafting.lookup_only(matches, num_speculative_tokens, draft_pass)
     if not draft_pass or lookup_only is not None:
         drafting.skipped()

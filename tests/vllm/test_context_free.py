@@ -7,7 +7,12 @@ from types import SimpleNamespace
 import numpy as np
 import torch
 
-from dflash_plugin.draft_policy import DraftPolicy, PolicyMode, vllm_cpu_fp32_costs
+from dflash_plugin.draft_policy import (
+    DraftPolicy,
+    PolicyMode,
+    cumulative_acceptance,
+    vllm_cpu_fp32_costs,
+)
 from dflash_plugin.ngram import NgramDrafts
 from vllm_ext import patches
 from vllm_ext.context_store import DeferredContext
@@ -18,7 +23,9 @@ PROMPT = [1, 2, 7, 8, 9, 10, 11, 12, 13, 3]  # the answer copies it: ... 8, 9 ->
 
 
 def drafting(deferred=True, lookup=False) -> Drafting:
-    policy = DraftPolicy(PolicyMode.ADAPTIVE, vllm_cpu_fp32_costs(BLOCK + 1), BLOCK)
+    # a pass cheap enough that the optimistic prior pays for one at up to 3 requests
+    costs = replace(vllm_cpu_fp32_costs(BLOCK + 1), draft_per_request=0.05)
+    policy = DraftPolicy(PolicyMode.ADAPTIVE, costs, BLOCK)
     ngram = None
     if lookup:
         ngram = NgramDrafts(BLOCK)
@@ -70,6 +77,37 @@ def test_no_context_where_even_an_optimistic_drafter_would_not_pay():
     assert d.policy.passes_closed(2)
     d.policy.mode = PolicyMode.FULL
     assert not d.policy.passes_closed(2)
+
+
+def test_no_context_where_the_drafter_as_it_accepts_lately_would_not_pay():
+    """The optimistic prior would pay for a pass at two requests, the learned curve not: only
+    an exploring pass would run there, so newcomers get no context (and their steps can be
+    plain, P8); once the drafter accepts more, newcomers keep it again."""
+    d = drafting()
+    assert d.policy._drafts_pay_off(2, prior=True)
+    d.policy.curve = cumulative_acceptance(torch.full((BLOCK,), 0.02))
+    d.policy._worth_drafting.clear()
+    record(d, ["a", "b"])
+    assert d.rows_without_context(2) == [0, 1] and d.policy.passes_closed(2)
+    d.policy.curve = d.policy.prior_curve.clone()
+    d.policy._worth_drafting.clear()
+    record(d, ["a", "c"])
+    assert d.rows_without_context(2) == [0]  # earlier decisions stand; "c" keeps it
+
+
+def test_a_batch_too_large_for_any_pass_drops_everyones_context():
+    d = drafting()
+    assert d.policy._drafts_pay_off(2, prior=True)
+    assert not d.policy._drafts_pay_off(64, prior=True) and d.policy.passes_hopeless(64)
+    record(d, ["a", "b"])
+    assert d.rows_without_context(2) == []
+    crowd = ["a", "b", *[f"r{i}" for i in range(62)]]
+    record(d, crowd)
+    assert d.rows_without_context(64) == list(range(64))  # the whole batch is plain now
+    record(d, ["a", "b"])
+    assert d.rows_without_context(2) == [0, 1]  # and stays without context
+    record(d, ["a", "z"])
+    assert d.rows_without_context(2) == [0]  # a newcomer at two requests keeps it
 
 
 def test_context_is_kept_without_a_record_without_deferred_writes_or_outside_adaptive():
@@ -136,3 +174,35 @@ def test_context_tokens_of_requests_without_context_are_not_held():
     patches._store_context_only(proposer, d, torch.arange(6), positions, hidden,
                                 torch.tensor([1, 2, 3]), cad, None, [0, 1, 2])
     assert held.num_tokens == 5
+
+
+def test_without_a_draft_pass_no_lookup_where_it_cannot_be_used():
+    """A step that runs no draft pass looks up n-grams only where lookup-only drafts could
+    pay at its batch size and their gate may grant them; a step the closed gate would refuse
+    counts towards its next try instead, and once a try is due the lookup runs again."""
+    d = drafting(lookup=True)
+    costs = d.policy.costs
+    rows = [PROMPT + [7], [40, 41], [50, 51]]
+    record(d, ["a", "b", "c"], rows=rows)
+    assert d.lookup(3, BLOCK, (), draft_pass=False)[0] is not None  # open: looked up
+    gate = d.ngram.gate
+    for _ in range(3):
+        gate.gate.record_value(3, -1.0)  # lookup-only steps at 2-3 requests lost time
+    record(d, ["a", "b", "c"], rows=rows)
+    assert d.lookup(3, BLOCK, (), draft_pass=False) == []
+    assert gate.gate.bands[2].steps_closed == 1 and d.step_tokens is None
+    record(d, ["a", "b", "c"], rows=rows)
+    assert d.lookup(3, BLOCK, (), draft_pass=True)[0] is not None  # a pass may still mix it in
+    gate.gate.bands[2].steps_closed = 10 ** 6  # a try is due
+    record(d, ["a", "b", "c"], rows=rows)
+    assert d.lookup(3, BLOCK, (), draft_pass=False)[0] is not None
+    # where even a match for every request at the best calibrated chances would not pay
+    crowd = [f"r{i}" for i in range(64)]
+    assert not d.ngram.could_pay(costs, 64, BLOCK) and d.ngram.could_pay(costs, 3, BLOCK)
+    record(d, crowd, rows=[PROMPT + [7]] * 64)
+    assert d.lookup(64, BLOCK, (), draft_pass=False) == [] and 7 not in gate.gate.bands
+    # the answer follows the calibration: every n-gram length seen rejected, not even at 3
+    for _ in range(300):
+        for ngram in (2, 3, 4):
+            d.ngram.calibration.observe([ngram], [BLOCK], [0])
+    assert not d.ngram.could_pay(costs, 3, BLOCK)

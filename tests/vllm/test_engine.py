@@ -99,6 +99,9 @@ def worker_calls():
             def passes_closed(self, batch):  # every request keeps its drafter context
                 return False
 
+            def passes_hopeless(self, batch):
+                return False
+
             def choose(self, batch, confidence, limit):
                 self.staggered = getattr(self, "staggered", 0) + 1
                 return [(self.staggered + i) % (limit + 1) for i in range(batch)]
@@ -111,6 +114,9 @@ def worker_calls():
             def passes_closed(self, batch):
                 self.asked = getattr(self, "asked", 0) + 1
                 return self.asked % 2 == 0
+
+            def passes_hopeless(self, batch):  # the requests with context keep it
+                return False
 
             def should_draft(self, batch):
                 return True
