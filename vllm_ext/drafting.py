@@ -364,41 +364,29 @@ class Drafting:
         time gets none when no draft pass is to be expected at this batch size
         (`DraftPolicy.passes_closed`): its context would cost every step and likely never be
         read. A request that arrives alone keeps it (its writes are cheap, and without it a
-        closed band 1 could never be explored again). Reads P6's record (request ids of the
-        input batch); without one, every request keeps its context."""
+        closed band 1 could never be explored again). In a batch where not even the prior
+        drafter would pay for a pass (`DraftPolicy.passes_hopeless`) every request loses it.
+        Reads P6's record (request ids of the input batch); without one, every request keeps
+        its context."""
         if self.deferred_context is None or self.policy.mode is not PolicyMode.ADAPTIVE:
             return []
         req_ids = request_ids(self.step_tokens, batch)
         if req_ids is None:
             return []
-        return [row for row, keep in enumerate(self._keeps_context(req_ids)) if not keep]
-
-    def _keeps_context(self, req_ids: Sequence[str]) -> list[bool]:
-        """Per request of this step (all of its batch), whether its drafter context is kept;
-        decided when a request is first seen (`rows_without_context`), and taken from every
-        request of a batch so large that no pass is to be expected even from a better drafter
-        (`DraftPolicy.passes_hopeless`): their context would cost every step for nothing."""
-        batch = len(req_ids)
         known = self._has_context
         if batch > 1 and self.policy.passes_hopeless(batch):
-            for req_id in req_ids:  # nobody in so large a batch keeps context
+            # so large a batch drafts nothing whatever the drafter learns: nobody keeps context
+            for req_id in req_ids:
                 known[req_id] = False
-        for req_id in req_ids:
+        rows = []
+        for row, req_id in enumerate(req_ids):
             if req_id not in known:
                 known[req_id] = batch <= 1 or not self.policy.passes_closed(batch)
-        keeps = [known[r] for r in req_ids]
+            if not known[req_id]:
+                rows.append(row)
         if len(known) > 4 * batch + 64:  # forget finished requests
             self._has_context = {r: known[r] for r in req_ids}
-        return keeps
-
-    def _lookup_wanted(self, batch: int) -> bool:
-        """Whether this step may verify lookup drafts without a draft pass: lookup is on,
-        such drafts could pay at this batch at all (NgramDrafts.could_pay), and its gate is
-        not sure to refuse them (LookupGate.waits, which counts a refused step towards the
-        band's next try)."""
-        return (self.ngram is not None and self.ngram.active(self.policy)
-                and self.ngram.could_pay(self.policy.costs, batch, self.policy.block)
-                and not self.ngram.gate.waits(self.policy.costs, batch))
+        return rows
 
     def lookup(self, batch: int, k: int, no_drafts: Sequence[int] = (),
                draft_pass: bool = True) -> list[NgramMatch | None]:
@@ -409,10 +397,14 @@ class Drafting:
         record, self.step_tokens = self.step_tokens, None
         self.hints = []
         hybrid = self.ngram is not None and self.ngram.active(self.policy)
-        if not draft_pass:  # hints only serve a draft pass
-            hybrid = hybrid and self._lookup_wanted(batch)
-            if not hybrid:
-                return []
+        # Without a draft pass (hints only serve one) only lookup-only drafts could be used:
+        # none where they could not pay at this batch or their gate is sure to refuse them
+        # (LookupGate.waits counts such a step towards the band's next try).
+        if not draft_pass and not (hybrid
+                                   and self.ngram.could_pay(self.policy.costs, batch,
+                                                            self.policy.block)
+                                   and not self.ngram.gate.waits(self.policy.costs, batch)):
+            return []
         if k <= 0 or not (hybrid or self.lookup_hints):
             return []
         found = histories(record, batch)
