@@ -191,8 +191,10 @@ class NgramDrafts:
     The policy itself is passed in with each choice (an adapter may replace it)."""
 
     def __init__(self, block: int, min_n: int = NGRAM_MIN, max_n: int = NGRAM_MAX,
-                 explore_every: int = 32):
+                 explore_every: int = 32, finder=None):
         self.min_n, self.max_n = min_n, max_n
+        # the search; an adapter may hand in a compiled one with find_ngram_draft's results
+        self.finder = find_ngram_draft if finder is None else finder
         self.calibration = NgramCalibration(block, min_n, max_n)
         self.counts = NgramCounts()
         # Every this many steps whose matches all lost to the drafter, a matched request takes
@@ -212,7 +214,7 @@ class NgramDrafts:
 
     def find(self, histories: Sequence[np.ndarray | None], k: int) -> list[NgramMatch | None]:
         """One lookup per request (None: no history, e.g. a prefill chunk, or no match)."""
-        return [None if h is None else find_ngram_draft(h, k, self.min_n, self.max_n)
+        return [None if h is None else self.finder(h, k, self.min_n, self.max_n)
                 for h in histories]
 
     def could_pay(self, costs: CostModel, batch: int, limit: int) -> bool:

@@ -47,7 +47,12 @@ def start(policy: DraftPolicy, record_requests: bool = False) -> NgramDrafts | N
     lookup = ngram_drafts_from_env()
     if not (lookup or record_requests) or not install_history_hook():
         return None
-    return NgramDrafts(policy.block) if lookup else None
+    if not lookup:
+        return None
+    from vllm_ext import ngram_kernel
+
+    ngram_kernel.warm_up()
+    return NgramDrafts(policy.block, finder=ngram_kernel.find_ngram_draft)
 
 
 def install_history_hook() -> bool:
