@@ -50,24 +50,14 @@ class NgramMatch:
     ngram: int
 
 
-def find_ngram_draft(history: np.ndarray, k: int, min_n: int = NGRAM_MIN,
-                     max_n: int = NGRAM_MAX) -> NgramMatch | None:
-    """The longest n-gram ending the history (n in [min_n, max_n]) that also ends earlier in it,
-    and the k tokens that followed its latest earlier occurrence; None without a match.
-
-    Where those tokens run into the end of the history, the copy goes on with the repeat it
-    found (history "x a b a b" -> "a b a b ..."), as an overlapping copy would.
-    """
-    if not 1 <= min_n <= max_n:
-        raise ValueError(f"n-gram lengths need 1 <= min_n <= max_n, got {min_n}, {max_n}")
-    tokens = np.asarray(history)
+def longest_match(tokens: np.ndarray, max_n: int) -> tuple[int, int]:
+    """(n, end): the longest n <= max_n such that the history's last n tokens also end at an
+    earlier position, and the latest such end; (0, -1) when the last token never occurred."""
     size = tokens.shape[0]
-    if k < 1 or size <= min_n:
-        return None
     # Candidate end positions of an earlier occurrence: every earlier copy of the last token.
     ends = np.flatnonzero(tokens[:size - 1] == tokens[size - 1])
     if ends.size == 0:
-        return None
+        return 0, -1
     lengths = np.ones(ends.shape[0], dtype=np.int64)
     alive = np.ones(ends.shape[0], dtype=bool)
     for back in range(1, max_n):
@@ -81,9 +71,27 @@ def find_ngram_draft(history: np.ndarray, k: int, min_n: int = NGRAM_MIN,
             break
         lengths += alive
     best = int(lengths.max())
+    return best, int(ends[np.flatnonzero(lengths == best)[-1]])
+
+
+def find_ngram_draft(history: np.ndarray, k: int, min_n: int = NGRAM_MIN,
+                     max_n: int = NGRAM_MAX, longest=longest_match) -> NgramMatch | None:
+    """The longest n-gram ending the history (n in [min_n, max_n]) that also ends earlier in it,
+    and the k tokens that followed its latest earlier occurrence; None without a match.
+    `longest`: the search (`longest_match`, or a compiled one with the same results).
+
+    Where those tokens run into the end of the history, the copy goes on with the repeat it
+    found (history "x a b a b" -> "a b a b ..."), as an overlapping copy would.
+    """
+    if not 1 <= min_n <= max_n:
+        raise ValueError(f"n-gram lengths need 1 <= min_n <= max_n, got {min_n}, {max_n}")
+    tokens = np.asarray(history)
+    size = tokens.shape[0]
+    if k < 1 or size <= min_n:
+        return None
+    best, end = longest(tokens, max_n)
     if best < min_n:
         return None
-    end = int(ends[np.flatnonzero(lengths == best)[-1]])
     start = end + 1
     period = size - start  # > 0: the occurrence ends before the history does
     return NgramMatch(tokens[start + np.arange(k) % period].copy(), best)

@@ -10,16 +10,17 @@ the worker's CPU kernel-override scan, which fails on numba's objects once numba
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 from numba import njit
 
-from dflash_plugin.ngram import NGRAM_MAX, NGRAM_MIN, NgramMatch
+from dflash_plugin.ngram import find_ngram_draft as core_find
 
 
 @njit(cache=True, nogil=True)
 def _longest_match(tokens, max_n):
-    """(n, end): the longest n <= max_n such that the history's last n tokens also end at an
-    earlier position, and the latest such end; (0, -1) when the last token never occurred."""
+    """As dflash_plugin.ngram.longest_match, compiled."""
     size = tokens.shape[0]
     last = tokens[size - 1]
     best, best_end = 0, -1
@@ -37,21 +38,13 @@ def _longest_match(tokens, max_n):
     return best, best_end
 
 
-def find_ngram_draft(history: np.ndarray, k: int, min_n: int = NGRAM_MIN,
-                     max_n: int = NGRAM_MAX) -> NgramMatch | None:
-    """As dflash_plugin.ngram.find_ngram_draft, compiled."""
-    if not 1 <= min_n <= max_n:
-        raise ValueError(f"n-gram lengths need 1 <= min_n <= max_n, got {min_n}, {max_n}")
-    tokens = np.ascontiguousarray(history)
-    size = tokens.shape[0]
-    if k < 1 or size <= min_n:
-        return None
-    best, end = _longest_match(tokens, max_n)
-    if best < min_n:
-        return None
-    start = end + 1
-    period = size - start  # > 0: the occurrence ends before the history does
-    return NgramMatch(tokens[start + np.arange(k) % period].copy(), int(best))
+def _compiled_longest(tokens: np.ndarray, max_n: int) -> tuple[int, int]:
+    best, end = _longest_match(np.ascontiguousarray(tokens), max_n)
+    return int(best), int(end)
+
+
+# dflash_plugin.ngram.find_ngram_draft with the compiled search
+find_ngram_draft = functools.partial(core_find, longest=_compiled_longest)
 
 
 def warm_up():
