@@ -75,10 +75,9 @@ def longest_match(tokens: np.ndarray, max_n: int) -> tuple[int, int]:
 
 
 def find_ngram_draft(history: np.ndarray, k: int, min_n: int = NGRAM_MIN,
-                     max_n: int = NGRAM_MAX, longest=longest_match) -> NgramMatch | None:
+                     max_n: int = NGRAM_MAX) -> NgramMatch | None:
     """The longest n-gram ending the history (n in [min_n, max_n]) that also ends earlier in it,
     and the k tokens that followed its latest earlier occurrence; None without a match.
-    `longest`: the search (`longest_match`, or a compiled one with the same results).
 
     Where those tokens run into the end of the history, the copy goes on with the repeat it
     found (history "x a b a b" -> "a b a b ..."), as an overlapping copy would.
@@ -89,7 +88,7 @@ def find_ngram_draft(history: np.ndarray, k: int, min_n: int = NGRAM_MIN,
     size = tokens.shape[0]
     if k < 1 or size <= min_n:
         return None
-    best, end = longest(tokens, max_n)
+    best, end = longest_match(tokens, max_n)
     if best < min_n:
         return None
     start = end + 1
@@ -199,10 +198,8 @@ class NgramDrafts:
     The policy itself is passed in with each choice (an adapter may replace it)."""
 
     def __init__(self, block: int, min_n: int = NGRAM_MIN, max_n: int = NGRAM_MAX,
-                 explore_every: int = 32, finder=None):
+                 explore_every: int = 32):
         self.min_n, self.max_n = min_n, max_n
-        # the search; an adapter may hand in a compiled one with find_ngram_draft's results
-        self.finder = find_ngram_draft if finder is None else finder
         self.calibration = NgramCalibration(block, min_n, max_n)
         self.counts = NgramCounts()
         # Every this many steps whose matches all lost to the drafter, a matched request takes
@@ -222,7 +219,7 @@ class NgramDrafts:
 
     def find(self, histories: Sequence[np.ndarray | None], k: int) -> list[NgramMatch | None]:
         """One lookup per request (None: no history, e.g. a prefill chunk, or no match)."""
-        return [None if h is None else self.finder(h, k, self.min_n, self.max_n)
+        return [None if h is None else find_ngram_draft(h, k, self.min_n, self.max_n)
                 for h in histories]
 
     def could_pay(self, costs: CostModel, batch: int, limit: int) -> bool:

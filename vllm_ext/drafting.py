@@ -32,11 +32,11 @@ from dflash_plugin.draft_policy import (
     vllm_cpu_preset,
 )
 from dflash_plugin.measured_costs import cuda_costs
-from dflash_plugin.ngram import NGRAM_MAX, NGRAM_MIN, NgramDrafts, NgramMatch, find_ngram_draft
+from dflash_plugin.ngram import NGRAM_MAX, NGRAM_MIN, NgramDrafts, NgramMatch
 from dflash_plugin.step_clock import COST_TERMS, MeasuredCosts, StepClock
 from dflash_plugin.switches import SwitchError, read
 from vllm_ext.context_store import DeferredContext
-from vllm_ext.ngram_drafts import histories, request_ids
+from vllm_ext.ngram_drafts import request_ids, step_matches
 
 logger = logging.getLogger(f"vllm.{__name__}")  # under vLLM's log handler
 
@@ -407,15 +407,17 @@ class Drafting:
             return []
         if k <= 0 or not (hybrid or self.lookup_hints):
             return []
-        found = histories(record, batch)
+        same = hybrid and (self.ngram.min_n, self.ngram.max_n) == (NGRAM_MIN, NGRAM_MAX)
+        matches = (step_matches(record, batch, k, self.ngram.min_n, self.ngram.max_n)
+                   if hybrid else [])
+        # hints: the lookup the reference path and training use (the core's lengths)
+        hints = matches if same else step_matches(record, batch, k) if self.lookup_hints else []
         for row in no_drafts:
-            if row < batch:
-                found[row] = None
-        matches = self.ngram.find(found, k) if hybrid else []
-        if self.lookup_hints:  # the core's lookup, as the reference path and training use
-            same = hybrid and (self.ngram.min_n, self.ngram.max_n) == (NGRAM_MIN, NGRAM_MAX)
-            self.hints = matches if same else [None if h is None else find_ngram_draft(h, k)
-                                               for h in found]
+            for found in (matches, hints):
+                if row < len(found):
+                    found[row] = None
+        if self.lookup_hints:
+            self.hints = hints
         return matches
 
     def lookup_only(self, matches: Sequence[NgramMatch | None], limit: int,

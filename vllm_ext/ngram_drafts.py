@@ -27,7 +27,7 @@ import logging
 import numpy as np
 
 from dflash_plugin.draft_policy import DraftPolicy
-from dflash_plugin.ngram import NgramDrafts
+from dflash_plugin.ngram import NGRAM_MAX, NGRAM_MIN, NgramDrafts, NgramMatch, find_ngram_draft
 from dflash_plugin.switches import read
 
 logger = logging.getLogger(f"vllm.{__name__}")  # under vLLM's log handler
@@ -40,10 +40,16 @@ def ngram_drafts_from_env() -> bool:
     return read("DFLASH_NGRAM_DRAFTS")
 
 
+# The compiled step lookup (vllm_ext.ngram_kernel), once start() has loaded numba in this
+# process; until then step_matches uses the core's numpy search.
+_kernel = None
+
+
 def start(policy: DraftPolicy, record_requests: bool = False) -> NgramDrafts | None:
     """The lookup side of this drafter's policy, with P6 in place; None when switched off or
     when P6's guards refuse it (logged). P6 also goes in with lookup off when
     `record_requests` (the propose hook then still reads the batch's request ids)."""
+    global _kernel
     lookup = ngram_drafts_from_env()
     if not (lookup or record_requests) or not install_history_hook():
         return None
@@ -52,7 +58,8 @@ def start(policy: DraftPolicy, record_requests: bool = False) -> NgramDrafts | N
     from vllm_ext import ngram_kernel
 
     ngram_kernel.warm_up()
-    return NgramDrafts(policy.block, finder=ngram_kernel.find_ngram_draft)
+    _kernel = ngram_kernel
+    return NgramDrafts(policy.block)
 
 
 def install_history_hook() -> bool:
@@ -92,21 +99,30 @@ def request_ids(step_tokens, batch: int) -> list[str] | None:
     return ids[:batch]
 
 
-def histories(step_tokens, batch: int) -> list[np.ndarray | None]:
-    """Each request's tokens up to and including the one just sampled (None for a request whose
-    token was not sampled this step, e.g. a prefill chunk, or when the record does not fit)."""
-    none = [None] * batch
+def _step_arrays(step_tokens, batch: int):
+    """(token_ids [rows, width], lengths [batch], sampled [batch, K + 1], discard [batch], vocab
+    or 0) from P6's record, as numpy arrays; None when the record does not fit this step."""
     if step_tokens is None:
-        return none
+        return None
     input_batch, sampled, discard = step_tokens
     token_ids = getattr(input_batch, "token_ids_cpu", None)
     lengths = getattr(input_batch, "num_tokens_no_spec", None)
-    vocab = getattr(input_batch, "vocab_size", None)
     if not isinstance(token_ids, np.ndarray) or lengths is None or sampled.shape[0] != batch \
             or len(lengths) < batch:
-        return none
-    sampled = sampled.cpu().numpy()
-    discard = discard[:batch].cpu().numpy()
+        return None
+    return (token_ids, np.asarray(lengths[:batch], dtype=np.int64),
+            sampled.cpu().numpy().astype(np.int64, copy=False),
+            discard[:batch].cpu().numpy().astype(np.bool_, copy=False),
+            int(getattr(input_batch, "vocab_size", None) or 0))
+
+
+def histories(step_tokens, batch: int) -> list[np.ndarray | None]:
+    """Each request's tokens up to and including the one just sampled (None for a request whose
+    token was not sampled this step, e.g. a prefill chunk, or when the record does not fit)."""
+    arrays = _step_arrays(step_tokens, batch)
+    if arrays is None:
+        return [None] * batch
+    token_ids, lengths, sampled, discard, vocab = arrays
     out = []
     for i in range(batch):
         if discard[i]:
@@ -120,3 +136,21 @@ def histories(step_tokens, batch: int) -> list[np.ndarray | None]:
             continue
         out.append(np.concatenate([token_ids[i, :int(lengths[i])], row[:valid]]))
     return out
+
+
+def step_matches(step_tokens, batch: int, k: int, min_n: int = NGRAM_MIN,
+                 max_n: int = NGRAM_MAX) -> list[NgramMatch | None]:
+    """find_ngram_draft on each of this step's histories (None: no history or no match), in one
+    compiled call once start() has loaded the kernel."""
+    if _kernel is None:
+        return [None if h is None else find_ngram_draft(h, k, min_n, max_n)
+                for h in histories(step_tokens, batch)]
+    if not 1 <= min_n <= max_n:
+        raise ValueError(f"n-gram lengths need 1 <= min_n <= max_n, got {min_n}, {max_n}")
+    arrays = _step_arrays(step_tokens, batch)
+    if arrays is None or k < 1:
+        return [None] * batch
+    ngrams = np.zeros(batch, dtype=np.int64)
+    tokens = np.zeros((batch, k), dtype=np.int64)
+    _kernel.step_lookup(*arrays, k, min_n, max_n, ngrams, tokens)
+    return [NgramMatch(tokens[i], int(n)) if n else None for i, n in enumerate(ngrams.tolist())]

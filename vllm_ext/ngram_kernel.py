@@ -1,21 +1,19 @@
-"""The core's n-gram lookup (dflash_plugin.ngram.find_ngram_draft), compiled with numba.
+"""The core's n-gram lookup (dflash_plugin.ngram.find_ngram_draft) for a whole step, compiled
+with numba.
 
-The core's numpy search spends about 30 us a request on numpy call overheads for a history of a
-few hundred tokens; at 16-32 requests that was 0.77 ms of every step under load
-(docs/benchmarks.md, "Served per step, servers resident"). numba comes with vLLM (its own n-gram
-proposer is compiled with it), so the adapter compiles the same search: the same match and the
-same tokens (tests/vllm/test_ngram_kernel.py). It is imported when the drafter is built, after
-the worker's CPU kernel-override scan, which fails on numba's objects once numba is loaded.
+Per request, the core's numpy search and the history it searches (the runner's tokens joined
+with this step's accepted ones) cost about 20-30 us of numpy call overheads; at 16-32 requests
+that was 0.3-0.8 ms of every step under load (docs/benchmarks.md, "Served per step, servers
+resident"). numba comes with vLLM (its own n-gram proposer is compiled with it), so the adapter
+runs the same search over the runner's arrays in one compiled call: the same matches and tokens
+(tests/vllm/test_ngram_kernel.py). It is imported when the drafter is built, after the worker's
+CPU kernel-override scan, which fails on numba's objects once numba is loaded.
 """
 
 from __future__ import annotations
 
-import functools
-
 import numpy as np
 from numba import njit
-
-from dflash_plugin.ngram import find_ngram_draft as core_find
 
 
 @njit(cache=True, nogil=True)
@@ -38,17 +36,48 @@ def _longest_match(tokens, max_n):
     return best, best_end
 
 
-def _compiled_longest(tokens: np.ndarray, max_n: int) -> tuple[int, int]:
-    best, end = _longest_match(np.ascontiguousarray(tokens), max_n)
-    return int(best), int(end)
-
-
-# dflash_plugin.ngram.find_ngram_draft with the compiled search
-find_ngram_draft = functools.partial(core_find, longest=_compiled_longest)
+@njit(cache=True, nogil=True)
+def step_lookup(token_ids, lengths, sampled, discard, vocab, k, min_n, max_n, ngrams, tokens):
+    """Per row i of this step: the history is token_ids[i, :lengths[i]] followed by sampled[i]
+    up to its first invalid entry (< 0, or >= vocab when vocab > 0); no history where discard[i]
+    or nothing valid was sampled. Writes find_ngram_draft's result: ngrams[i] the matched length
+    (0: no match) and tokens[i, :k] the continuation."""
+    batch, width = sampled.shape
+    longest = 0
+    for i in range(batch):
+        longest = max(longest, lengths[i])
+    history = np.empty(longest + width, dtype=np.int64)
+    for i in range(batch):
+        ngrams[i] = 0
+        if discard[i]:
+            continue
+        valid = 0
+        while valid < width and sampled[i, valid] >= 0 and (vocab <= 0
+                                                            or sampled[i, valid] < vocab):
+            valid += 1
+        if valid == 0:
+            continue
+        size = lengths[i] + valid
+        for j in range(lengths[i]):
+            history[j] = token_ids[i, j]
+        for j in range(valid):
+            history[lengths[i] + j] = sampled[i, j]
+        if k < 1 or size <= min_n:
+            continue
+        best, end = _longest_match(history[:size], max_n)
+        if best < min_n:
+            continue
+        start = end + 1
+        period = size - start  # > 0: the occurrence ends before the history does
+        for t in range(k):
+            tokens[i, t] = history[start + t % period]
+        ngrams[i] = best
 
 
 def warm_up():
-    """Compile (or load from numba's cache) for the history dtypes the runner hands in, so that
+    """Compile (or load from numba's cache) for the token dtypes the runner may hold, so that
     the first served step does not pay for it."""
     for dtype in (np.int32, np.int64):
-        find_ngram_draft(np.array([1, 2, 3, 1, 2], dtype=dtype), 2)
+        step_lookup(np.array([[1, 2, 3, 1]], dtype=dtype), np.array([4]),
+                    np.array([[2, -1]]), np.zeros(1, dtype=np.bool_), 0, 2, 2, 4,
+                    np.zeros(1, dtype=np.int64), np.zeros((1, 2), dtype=np.int64))
