@@ -49,6 +49,10 @@ def parse_args(argv=None):
     parser.add_argument("--phases", action="store_true",
                         help="time the engine step's phases (tools/phase_times.py); runs the "
                              "engine core and the worker in this process")
+    parser.add_argument("--aux-layers",
+                        help="none with --phases only: the target also returns these layers' "
+                             "hidden states, as a drafter's target does (e.g. 2,9,15,21,28), "
+                             "to price those outputs alone")
     parser.add_argument("--out", default="measure_vllm_dflash.jsonl")
     return parser.parse_args(argv)
 
@@ -61,6 +65,21 @@ def configure_env(args):
         os.environ["DFLASH_DRAFT_POLICY"] = args.policy
     if args.phases:
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+
+
+def add_aux_outputs(layers: tuple[int, ...]):
+    """Make the in-process CPU model runner ask the target for `layers`' hidden states, which a
+    plain engine never does, so its forward can be timed with and without them."""
+    from vllm.v1.worker.cpu_model_runner import CPUModelRunner
+
+    load = CPUModelRunner.load_model
+
+    def load_model(self, *args, **kwargs):
+        self.use_aux_hidden_state_outputs = True
+        return load(self, *args, **kwargs)
+
+    CPUModelRunner.load_model = load_model
+    CPUModelRunner._get_eagle3_aux_layers_from_config = lambda self: layers
 
 
 def engine_cpu_seconds() -> dict[str, float]:
@@ -120,6 +139,10 @@ def main(argv=None) -> int:
         import phase_times as phases
 
         print("timing phases:", ", ".join(phases.install()), flush=True)
+    if args.aux_layers:
+        if args.mode != "none" or not args.phases:
+            sys.exit("--aux-layers is for none with --phases")
+        add_aux_outputs(tuple(int(i) for i in args.aux_layers.split(",")))
     began = time.perf_counter()
     llm = LLM(**engine_kwargs)
     startup = time.perf_counter() - began
@@ -147,7 +170,8 @@ def main(argv=None) -> int:
                        draft=args.draft if args.mode != "none" else None,
                        eager=args.eager, executor=args.executor,
                        prompts_file=args.prompts_file, engine_args=args.engine_args or None,
-                       k=args.k, spec_extra=args.spec_extra or None, batch=batch,
+                       aux_layers=args.aux_layers, k=args.k,
+                       spec_extra=args.spec_extra or None, batch=batch,
                        tokens=tokens, wall_s=round(wall, 3),
                        cpu_s=round(cpu, 3), tok_per_s=round(tokens / wall, 2),
                        tok_per_cpu_s=round(tokens / cpu, 2) if cpu else None,

@@ -46,6 +46,11 @@ PHASES = {
     # inside runner.propose, with this plugin
     "plugin.propose_with_policy": ("vllm_ext.patches", None, "_propose_with_policy"),
     "plugin.learn": ("vllm_ext.drafting", "Drafting", "learn"),
+    "plugin.plain_rows": ("vllm_ext.patches", None, "plain_rows"),
+    "plugin.rows_without_context": ("vllm_ext.drafting", "Drafting", "rows_without_context"),
+    "plugin.should_draft": ("dflash_plugin.draft_policy", "DraftPolicy", "should_draft"),
+    "plugin.lookup_only": ("vllm_ext.drafting", "Drafting", "lookup_only"),
+    "plugin.select": ("vllm_ext.drafting", "Drafting", "select"),
     "plugin.lookup": ("vllm_ext.drafting", "Drafting", "lookup"),
     "plugin.lookup_drafts": ("vllm_ext.drafting", "Drafting", "lookup_drafts"),
     "plugin.store_context_only": ("vllm_ext.patches", None, "_store_context_only"),
