@@ -50,30 +50,6 @@ class NgramMatch:
     ngram: int
 
 
-def longest_match(tokens: np.ndarray, max_n: int) -> tuple[int, int]:
-    """(n, end): the longest n <= max_n such that the history's last n tokens also end at an
-    earlier position, and the latest such end; (0, -1) when the last token never occurred."""
-    size = tokens.shape[0]
-    # Candidate end positions of an earlier occurrence: every earlier copy of the last token.
-    ends = np.flatnonzero(tokens[:size - 1] == tokens[size - 1])
-    if ends.size == 0:
-        return 0, -1
-    lengths = np.ones(ends.shape[0], dtype=np.int64)
-    alive = np.ones(ends.shape[0], dtype=bool)
-    for back in range(1, max_n):
-        if back >= size:
-            break
-        reach = ends >= back
-        same = np.zeros_like(alive)
-        same[reach] = tokens[ends[reach] - back] == tokens[size - 1 - back]
-        alive &= same
-        if not alive.any():
-            break
-        lengths += alive
-    best = int(lengths.max())
-    return best, int(ends[np.flatnonzero(lengths == best)[-1]])
-
-
 def find_ngram_draft(history: np.ndarray, k: int, min_n: int = NGRAM_MIN,
                      max_n: int = NGRAM_MAX) -> NgramMatch | None:
     """The longest n-gram ending the history (n in [min_n, max_n]) that also ends earlier in it,
@@ -88,9 +64,26 @@ def find_ngram_draft(history: np.ndarray, k: int, min_n: int = NGRAM_MIN,
     size = tokens.shape[0]
     if k < 1 or size <= min_n:
         return None
-    best, end = longest_match(tokens, max_n)
+    # Candidate end positions of an earlier occurrence: every earlier copy of the last token.
+    ends = np.flatnonzero(tokens[:size - 1] == tokens[size - 1])
+    if ends.size == 0:
+        return None
+    lengths = np.ones(ends.shape[0], dtype=np.int64)
+    alive = np.ones(ends.shape[0], dtype=bool)
+    for back in range(1, max_n):
+        if back >= size:
+            break
+        reach = ends >= back
+        same = np.zeros_like(alive)
+        same[reach] = tokens[ends[reach] - back] == tokens[size - 1 - back]
+        alive &= same
+        if not alive.any():
+            break
+        lengths += alive
+    best = int(lengths.max())
     if best < min_n:
         return None
+    end = int(ends[np.flatnonzero(lengths == best)[-1]])
     start = end + 1
     period = size - start  # > 0: the occurrence ends before the history does
     return NgramMatch(tokens[start + np.arange(k) % period].copy(), best)

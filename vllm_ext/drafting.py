@@ -410,8 +410,9 @@ class Drafting:
         same = hybrid and (self.ngram.min_n, self.ngram.max_n) == (NGRAM_MIN, NGRAM_MAX)
         matches = (step_matches(record, batch, k, self.ngram.min_n, self.ngram.max_n)
                    if hybrid else [])
-        # hints: the lookup the reference path and training use (the core's lengths)
-        hints = matches if same else step_matches(record, batch, k) if self.lookup_hints else []
+        hints = []  # the lookup the reference path and training use (the core's lengths)
+        if self.lookup_hints:
+            hints = matches if same else step_matches(record, batch, k)
         for row in no_drafts:
             for found in (matches, hints):
                 if row < len(found):

@@ -18,7 +18,9 @@ from numba import njit
 
 @njit(cache=True, nogil=True)
 def _longest_match(tokens, max_n):
-    """As dflash_plugin.ngram.longest_match, compiled."""
+    """(n, end): the longest n <= max_n such that the history's last n tokens also end at an
+    earlier position, and the latest such end (0, -1: the last token never occurred); the
+    search of dflash_plugin.ngram.find_ngram_draft."""
     size = tokens.shape[0]
     last = tokens[size - 1]
     best, best_end = 0, -1
