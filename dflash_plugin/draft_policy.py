@@ -30,6 +30,7 @@ import enum
 import math
 from dataclasses import dataclass, fields, replace
 
+import numpy as np
 import torch
 
 from dflash_plugin.pass_gate import PassGate
@@ -207,19 +208,20 @@ def plan_draft_lengths(gains: torch.Tensor, costs: CostModel) -> list[int]:
         return [0] * batch
     # Take the most likely accepted drafts first; a stable sort keeps a request's earlier
     # positions ahead of later ones on ties, so each request gets a prefix of its block.
-    flat = gains.reshape(-1)
-    order = torch.sort(flat, descending=True, stable=True).indices
-    expected = batch + torch.cumsum(flat[order], dim=0)  # [B*K] tokens for the top-m drafts
-    verified = torch.arange(1, batch * block + 1, dtype=torch.float64)
+    # In numpy: a few small arrays per step under load, where torch's per-call cost dominates.
+    flat = gains.detach().reshape(-1).to(torch.float64).cpu().numpy()
+    order = np.argsort(-flat, kind="stable")
+    expected = batch + np.cumsum(flat[order])  # [B*K] tokens for the top-m drafts
+    verified = np.arange(1, batch * block + 1, dtype=np.float64)
     step_time = (costs.verify_fixed + costs.verify_per_token * (batch + verified)
                  + costs.draft_time(batch))
     rates = expected / step_time
-    best = int(torch.argmax(rates))
+    best = int(np.argmax(rates))
     plain_rate = batch / costs.verify_time(batch)
     if float(rates[best]) < plain_rate * costs.speedup_bar(batch):
         return [0] * batch
     chosen = order[: best + 1] // block
-    return torch.bincount(chosen, minlength=batch).tolist()
+    return np.bincount(chosen, minlength=batch).tolist()
 
 
 class ConfidenceCalibration:

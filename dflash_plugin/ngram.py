@@ -113,14 +113,16 @@ class NgramCalibration:
     def gains(self, matches: Sequence[NgramMatch | None], limit: int) -> torch.Tensor:
         """[B, limit] chance that n-gram tokens 1..k are all accepted (0 past a proposal's end,
         and for requests without a match)."""
-        gains = torch.zeros(len(matches), limit, dtype=torch.float64)
-        rates = self.accepted / self.tried
+        # One cumulative product for every n-gram length, then numpy row copies: this runs
+        # every step under load, where a torch call per request cost more than the lookup.
+        cumulative = torch.cumprod(self.accepted / self.tried, dim=1).numpy()
+        gains = np.zeros((len(matches), limit))
         for i, match in enumerate(matches):
             if match is None:
                 continue
             length = min(limit, match.tokens.shape[0], self.block)
-            gains[i, :length] = torch.cumprod(rates[self._row(match.ngram), :length], dim=0)
-        return gains
+            gains[i, :length] = cumulative[self._row(match.ngram), :length]
+        return torch.from_numpy(gains)
 
     def best_gains(self, limit: int) -> torch.Tensor:
         """[1, limit] the highest chance over n-gram lengths that tokens 1..k are all accepted

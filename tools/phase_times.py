@@ -44,6 +44,7 @@ PHASES = {
     "runner.propose": ("vllm.v1.worker.gpu_model_runner", "GPUModelRunner",
                        "propose_draft_token_ids"),
     # inside runner.propose, with this plugin
+    "plugin.plain_or_original": ("vllm_ext.plain_steps", None, "_plain_or_original"),
     "plugin.propose_with_policy": ("vllm_ext.patches", None, "_propose_with_policy"),
     "plugin.learn": ("vllm_ext.drafting", "Drafting", "learn"),
     "plugin.plain_rows": ("vllm_ext.patches", None, "plain_rows"),

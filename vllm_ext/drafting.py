@@ -161,9 +161,11 @@ class StepCounts:
     empty_passes: int = 0  # the draft pass ran but no request got a draft verified
     drafts_handed_out: int = 0
     drafts_accepted: int = 0
+    plain_steps: int = 0  # steps that skipped vLLM's drafter-input preparation (P8)
 
     def summary(self) -> str:
-        return (f"{self.steps} steps: {self.draft_passes} draft passes ({self.empty_passes} "
+        return (f"{self.steps} steps ({self.plain_steps} without drafter inputs): "
+                f"{self.draft_passes} draft passes ({self.empty_passes} "
                 f"handed out nothing), {self.drafts_handed_out} drafts verified, "
                 f"{self.drafts_accepted} accepted")
 
@@ -199,6 +201,10 @@ class Drafting:
         self.lookup_hints = False
         self.hints: list[NgramMatch | None] = []  # this step's, set by `lookup`
         self.step_tokens = None
+        # P8 (vllm_ext.plain_steps): the runner-level hook times the step itself
+        # (`runner_timed`, while it runs) and may hand P1 the step's plan (`planned`).
+        self.runner_timed = False
+        self.planned = None
         # Context writes held back while no draft pass runs (None: write every step).
         self.deferred_context = deferred_context
         self.stats_every = stats_every  # log StepCounts every this many steps (0: never)

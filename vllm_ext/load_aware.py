@@ -2,7 +2,8 @@
 with, and the one start-up line that says so.
 
 - V1 runner, synchronous scheduling (always on vLLM-CPU): the propose hook P1
-  (vllm_ext.patches), with the zero-draft sampler short cut P2 (vllm_ext.zero_draft_sampling)
+  (vllm_ext.patches), with the runner-level short cut for steps without drafts P8
+  (vllm_ext.plain_steps), the zero-draft sampler short cut P2 (vllm_ext.zero_draft_sampling)
   and, on vLLM-CPU, the expand fix P7 (vllm_ext.cpu_expand).
 - V2 runner with `enable_adaptive_verification` in the speculative config: the verification
   budget hook P3 (vllm_ext.v2_adaptive), async scheduling or not.
@@ -81,7 +82,7 @@ def start(vllm_config, mode: PolicyMode, costs: CostModel, *, sampler_shortcut: 
 
 
 def _start_v1(runtime: Runtime, mode: PolicyMode, sampler_shortcut: bool) -> LoadAware:
-    from vllm_ext import cpu_expand, patches, zero_draft_sampling
+    from vllm_ext import cpu_expand, patches, plain_steps, zero_draft_sampling
 
     if runtime.async_scheduling:
         return LoadAware(runtime, None, "the propose hook needs synchronous scheduling "
@@ -89,6 +90,7 @@ def _start_v1(runtime: Runtime, mode: PolicyMode, sampler_shortcut: bool) -> Loa
     if not patches.install_propose_patch():
         return LoadAware(runtime, None, "the propose hook's guards refused it (see the "
                                         "warning above)")
+    plain_steps.install_plain_steps()  # P8: a short cut only; P1 works without it
     if sampler_shortcut:
         zero_draft_sampling.install_zero_draft_sampling()
     cpu_expand.install_cpu_expand_fix()  # P7: only where vLLM-CPU's fallback gets it wrong

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import logging
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 import torch
 
@@ -96,17 +97,39 @@ def _load_aware_propose(original):
         drafting = _drafting_of(self)
         if drafting is None or self.vllm_config.scheduler_config.async_scheduling:
             return original(self, *args)
-        cad = common_attn_metadata
-        with drafting.timing_step(cad, target_hidden_states):  # the step clock's samples
+        plan, drafting.planned = drafting.planned, None
+        if drafting.runner_timed:  # P8 times this step and may have planned it already
+            if plan is not None:
+                drafting.step_tokens = None  # P6 recorded the step again: already read
+            return _propose_with_policy(original, self, drafting, args, plan)
+        with drafting.timing_step(common_attn_metadata, target_hidden_states):
             return _propose_with_policy(original, self, drafting, args)
 
     return propose
 
 
-def _propose_with_policy(original, proposer, drafting, args):
-    """P1's body: the draft lengths the policy chooses for this step (see the module's doc)."""
-    (num_speculative_tokens, target_token_ids, target_positions, target_hidden_states,
-     next_token_ids, _, cad, sampling_metadata, _, num_rejected_tokens_gpu, _) = args
+@dataclass
+class StepPlan:
+    """What P1 decides before any drafting work: rows without drafts (P5) or without drafter
+    context, whether the draft pass runs, this step's lookup matches, and the lengths of a
+    lookup-only step (None: not one)."""
+
+    batch: int
+    no_drafts: list[int]
+    no_context: list[int]
+    draft_pass: bool
+    matches: list
+    lookup_only: list[int] | None
+
+    @property
+    def runs_draft_pass(self) -> bool:
+        return self.draft_pass and self.lookup_only is None
+
+
+def plan_step(drafting, num_speculative_tokens, target_token_ids, cad, sampling_metadata,
+              num_rejected_tokens_gpu) -> StepPlan:
+    """Learn from the verification this step reports, then plan the step (P1's first half;
+    also run by P8 before vLLM prepares the drafter's inputs)."""
     batch = cad.batch_size()
     drafting.learn(target_token_ids[:cad.num_actual_tokens], cad.query_start_loc_cpu,
                    num_rejected_tokens_gpu)
@@ -116,14 +139,31 @@ def _propose_with_policy(original, proposer, drafting, args):
                   and drafting.policy.should_draft(batch))
     matches = drafting.lookup(batch, num_speculative_tokens, no_drafts, draft_pass)  # P6's
     lookup_only = drafting.lookup_only(matches, num_speculative_tokens, draft_pass)
-    if not draft_pass or lookup_only is not None:
-        drafting.skipped()
-        proposer.num_speculative_tokens = num_speculative_tokens  # as the original does first
-        proposer._last_draft_probs = None  # A2
+    return StepPlan(batch, no_drafts, no_context, draft_pass, matches, lookup_only)
+
+
+def skip_draft_pass(proposer, drafting, plan: StepPlan, num_speculative_tokens,
+                    next_token_ids) -> list[list[int]]:
+    """A step without a draft pass: lookup drafts where the plan has them, none elsewhere."""
+    drafting.skipped()
+    proposer.num_speculative_tokens = num_speculative_tokens  # as the original does first
+    proposer._last_draft_probs = None  # A2
+    return drafting.lookup_drafts(plan.batch, plan.matches, plan.lookup_only, next_token_ids)
+
+
+def _propose_with_policy(original, proposer, drafting, args, plan: StepPlan | None = None):
+    """P1's body: the draft lengths the policy chooses for this step (see the module's doc)."""
+    (num_speculative_tokens, target_token_ids, target_positions, target_hidden_states,
+     next_token_ids, _, cad, sampling_metadata, _, num_rejected_tokens_gpu, _) = args
+    if plan is None:
+        plan = plan_step(drafting, num_speculative_tokens, target_token_ids, cad,
+                         sampling_metadata, num_rejected_tokens_gpu)
+    if not plan.runs_draft_pass:
         _store_context_only(proposer, drafting, target_token_ids, target_positions,
                             target_hidden_states, next_token_ids, cad,
-                            num_rejected_tokens_gpu, no_context)
-        return drafting.lookup_drafts(batch, matches, lookup_only, next_token_ids)
+                            num_rejected_tokens_gpu, plan.no_context)
+        return skip_draft_pass(proposer, drafting, plan, num_speculative_tokens,
+                               next_token_ids)
     if drafting.deferred_context is not None:
         drafting.flush_context(proposer.model)  # the draft pass reads that context
     _prefer_drafter_top_tokens(proposer)
@@ -133,8 +173,16 @@ def _propose_with_policy(original, proposer, drafting, args):
         drafts = original(proposer, *args)
     # Lookup drafts are verified as deterministic: not where this pass left draft
     # distributions for the rejection sampler (probabilistic draft sampling, A2).
-    lookup = matches if proposer._last_draft_probs is None else None
-    return drafting.select(drafts, next_token_ids, no_drafts, lookup, no_context)
+    lookup = plan.matches if proposer._last_draft_probs is None else None
+    return drafting.select(drafts, next_token_ids, plan.no_drafts, lookup, plan.no_context)
+
+
+def context_writes_skipped(proposer, drafting, plan: StepPlan) -> bool:
+    """Whether a step without a draft pass writes no drafter context at all: writes are
+    deferred (A1's buffers present) and no row keeps context (`_store_context_only` then
+    returns at once), so the step needs none of vLLM's drafter inputs."""
+    return (drafting.deferred_context is not None and len(plan.no_context) == plan.batch
+            and _has_context_buffers(proposer))
 
 
 @contextmanager

@@ -495,6 +495,11 @@ def speculative_config(opts: ServeOptions) -> dict | None:
         config.update(NGRAM_LOOKUP)
     if algorithm == "DFLASH" and opts.speculative_draft_attention_backend:
         config["attention_backend"] = opts.speculative_draft_attention_backend
+    if algorithm == "DFLASH":
+        # vLLM drops a prefix-cache hit's last block for EAGLE, whose first draft needs the
+        # target's state at the last cached token; DFlash reads cached tokens only as context
+        # K/V in the cache (docs/vllm-adapter.md).
+        config["disable_eagle_block_drop"] = True
     return config
 
 

@@ -53,7 +53,8 @@ def test_dflash_flags_become_a_vllm_speculative_config(random_drafter, monkeypat
     assert argv[argv.index("--served-model-name") + 1] == "SmolLM2-135M-Instruct"
     # num_speculative_tokens = block_size - 1 by default
     assert spec_config(argv) == {"method": "dflash", "model": str(random_drafter),
-                                 "num_speculative_tokens": 15}
+                                 "num_speculative_tokens": 15,
+                                 "disable_eagle_block_drop": True}
     assert result.env_defaults["HF_HUB_OFFLINE"] == "1"
 
 
@@ -191,7 +192,8 @@ def test_qwen3_config_translation():
     assert argv[4] == "Qwen/Qwen3-8B"
     assert argv[argv.index("--attention-backend") + 1] == "FLASHINFER"
     assert spec_config(argv) == {"method": "dflash", "model": "z-lab/Qwen3-8B-DFlash-b16",
-                                 "num_speculative_tokens": 15, "attention_backend": "FLASH_ATTN"}
+                                 "num_speculative_tokens": 15, "attention_backend": "FLASH_ATTN",
+                                 "disable_eagle_block_drop": True}
 
 
 def test_sglang_engine_calls_the_adapter_or_says_it_is_missing(random_drafter, monkeypatch):

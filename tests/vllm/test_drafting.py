@@ -44,7 +44,8 @@ def test_step_counts_are_logged_every_n_steps(caplog):
         # third step (verifying what was handed out): logged, then a new window
         drafting.learn(torch.tensor([1, 5, 6, 7, 8, 2, 5, 6, 7, 8]), torch.tensor([0, 5, 10]),
                        torch.tensor([1, 3]))
-    assert "3 steps: 1 draft passes (0 handed out nothing), 8 drafts verified, 4 accepted" \
+    assert ("3 steps (0 without drafter inputs): 1 draft passes (0 handed out nothing), 8 "
+            "drafts verified, 4 accepted") \
         in caplog.text
     # The confident drafts taught the policy: both requests' confidences were matched.
     assert drafting.policy.calibration.num_drafts_seen == 2

@@ -1,7 +1,8 @@
 """Prompt-lookup drafts (DFLASH_NGRAM_DRAFTS=on) in a real vLLM engine on the SmolLM2 target:
 greedy output token-identical to plain decoding, on copy-heavy prompts where lookup drafts are
-actually verified, alone and in a batch with ordinary prompts; and sampled output (T = 1) with
-lookup drafts forced is the target's distribution."""
+actually verified, alone and in a batch with ordinary prompts, also where steps skip vLLM's
+drafter-input preparation (P8); and sampled output (T = 1) with lookup drafts forced is the
+target's distribution."""
 
 from __future__ import annotations
 
@@ -41,9 +42,39 @@ def lookup_state():
         ngram = drafting.ngram
         return None if ngram is None else dict(
             lookup_drafts_verified=ngram.calibration.num_drafts_seen,
-            drafter_drafts_verified=drafting.policy.calibration.num_drafts_seen)
+            drafter_drafts_verified=drafting.policy.calibration.num_drafts_seen,
+            plain_steps=drafting.counts.plain_steps, steps=drafting.counts.steps)
 
     return state
+
+
+# Two prompts sharing a prefix of several KV-cache blocks (128 tokens each on vLLM-CPU): the
+# second is answered after the first, so its prefix comes from the prefix cache.
+SHARED = " ".join([PASSAGE] * 6)
+CACHED_PROMPTS = [f"{SHARED}\n\nSummarise this in one sentence.",
+                  f"{SHARED}\n\nWhat does the keeper carry?"]
+
+
+def cached_answers(llm):
+    """(greedy tokens, prompt tokens served from the prefix cache) of each CACHED_PROMPTS
+    request, answered one after the other."""
+    from vllm import SamplingParams
+
+    params = SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS)
+    outs = [llm.generate([p], params, use_tqdm=False)[0] for p in CACHED_PROMPTS]
+    return [(list(o.outputs[0].token_ids), o.num_cached_tokens) for o in outs]
+
+
+def no_draft_passes():
+    def hopeless(worker):
+        """A policy under which no draft pass ever pays: requests get no drafter context, so
+        every step that verified nothing takes P8's short cut (lookup drafts still run)."""
+        policy = worker.model_runner.drafter.model.dflash_drafting.policy
+        policy.should_draft = lambda batch: False
+        policy.passes_closed = lambda batch: True
+        policy.passes_hopeless = lambda batch: True
+
+    return hopeless
 
 
 @pytest.fixture(scope="module")
@@ -54,12 +85,20 @@ def runs(target_path):
     prompt_sets = [[p] for p in COPY_PROMPTS] + [COPY_PROMPTS + OTHER_PROMPTS]
     with engine(target_path, None, num_speculative_tokens=K, **ENGINE_ARGS) as llm:
         plain = answers(llm, prompt_sets)
+        plain_cached = cached_answers(llm)
+    # As `dflash serve` configures DFlash: the prefix cache's last block is not dropped
     with environment(DFLASH_NGRAM_DRAFTS="on", DFLASH_STATS_EVERY="0",
                      VLLM_ALLOW_INSECURE_SERIALIZATION="1"), \
-            engine(target_path, drafter, num_speculative_tokens=K, **ENGINE_ARGS) as llm:
+            engine(target_path, drafter, num_speculative_tokens=K,
+                   speculative=dict(disable_eagle_block_drop=True), **ENGINE_ARGS) as llm:
         hybrid = answers(llm, prompt_sets)
         state = llm.collective_rpc(lookup_state())[0]
-    return dict(plain=plain, hybrid=hybrid, state=state)
+        hybrid_cached = cached_answers(llm)
+        llm.collective_rpc(no_draft_passes())
+        plain_steps = answers(llm, prompt_sets[-1:])
+        after = llm.collective_rpc(lookup_state())[0]
+    return dict(plain=plain, hybrid=hybrid, state=state, plain_steps=plain_steps,
+                after=after, plain_cached=plain_cached, hybrid_cached=hybrid_cached)
 
 
 def test_lookup_drafts_keep_greedy_output_identical(runs):
@@ -70,6 +109,27 @@ def test_lookup_drafts_were_verified(runs):
     state = runs["state"]
     assert state is not None, "DFLASH_NGRAM_DRAFTS=on built no lookup"
     assert state["lookup_drafts_verified"] > 0
+
+
+def test_prefix_cache_serves_drafted_requests_as_it_serves_plain_ones(runs):
+    # DFlash's drafter reads no target state of the last cached token (its context is K/V in
+    # the cache), so the prefix cache need not drop the last block as for EAGLE: the second
+    # request gets as many cached tokens as under plain decoding, and the same answer.
+    plain, hybrid = runs["plain_cached"], runs["hybrid_cached"]
+    assert plain[1][1] >= 2 * 128, "the shared prefix should span cache blocks"
+    assert [cached for _, cached in hybrid] == [cached for _, cached in plain]
+    assert [tokens for tokens, _ in hybrid] == [tokens for tokens, _ in plain]
+
+
+def test_steps_without_drafter_inputs_keep_greedy_output_identical(runs):
+    # With no draft pass to expect and no drafter context, steps that verified nothing skip
+    # vLLM's drafter-input preparation (P8) and hand out lookup drafts directly: still
+    # lossless, and lookup drafts from those steps were verified.
+    before, after = runs["state"], runs["after"]
+    assert runs["plain_steps"] == runs["plain"][-1:]
+    assert after["plain_steps"] - before["plain_steps"] >= MAX_TOKENS // 4
+    assert after["lookup_drafts_verified"] > before["lookup_drafts_verified"]
+    assert after["drafter_drafts_verified"] == before["drafter_drafts_verified"]
 
 
 # Sampling (T = 1): lookup drafts verified by vLLM's rejection sampler must leave the target's
