@@ -115,7 +115,7 @@ class NgramCalibration:
         and for requests without a match)."""
         # One cumulative product for every n-gram length, then numpy row copies: this runs
         # every step under load, where a torch call per request cost more than the lookup.
-        cumulative = torch.cumprod(self.accepted / self.tried, dim=1).numpy()
+        cumulative = self._cumulative().numpy()
         gains = np.zeros((len(matches), limit))
         for i, match in enumerate(matches):
             if match is None:
@@ -129,8 +129,12 @@ class NgramCalibration:
         (an upper bound on any match's gains)."""
         length = min(limit, self.block)
         best = torch.zeros(1, limit, dtype=torch.float64)
-        best[0, :length] = torch.cumprod(self.accepted / self.tried, dim=1)[:, :length].amax(0)
+        best[0, :length] = self._cumulative()[:, :length].amax(0)
         return best
+
+    def _cumulative(self) -> torch.Tensor:
+        """[n-gram lengths, block] chance that tokens 1..k are all accepted."""
+        return torch.cumprod(self.accepted / self.tried, dim=1)
 
     def observe(self, ngrams: Sequence[int], drafted: Sequence[int], accepted: Sequence[int]):
         """Verified n-gram drafts: the matched length, the tokens verified and how many of them

@@ -12,8 +12,8 @@ step goes on to vLLM's original with the plan handed to P1, which does not plan 
 Only steps that verified no drafts take the short cut (vLLM 0.32 builds the speculative
 metadata every step; such a step's has max_spec_len 0): their inputs to the plan are the
 runner's own (input ids, the attention metadata, this step's single sampled token per row),
-what P1 receives after the preparation on such a step, which changes none of them. P8 also times every step for the
-step clock, around the preparation, in place of P1.
+what P1 receives after the preparation on such a step, which changes none of them. P8 also
+times every step for the step clock, around the preparation, in place of P1.
 
 Ledger
 ------
@@ -79,7 +79,6 @@ def _planning_first(original):
         drafting = _drafting_for(self)
         if drafting is None:
             return original(self, *args)
-        drafting.planned = None
         drafting.runner_timed = True
         try:
             with drafting.timing_step(common_attn_metadata, hidden_states):
