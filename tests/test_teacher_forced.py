@@ -14,8 +14,10 @@ from dflash_plugin.train.teacher_forced import (
     answer_sequences,
     block_acceptance,
     block_candidates,
+    confidence_table,
     decoded_tau,
     ngram_acceptance,
+    target_confidence,
     teacher_forced_tau,
     tree_acceptance,
 )
@@ -138,3 +140,35 @@ def test_teacher_forced_tau_with_ngram_takes_the_better_per_anchor(target_f32,
     assert set(res) == {"a", "ngram", "a|ngram"}
     assert res["a|ngram"]["tau"] >= max(res["a"]["tau"], res["ngram"]["tau"])
     assert res["ngram"]["tau"] > 3  # a repeating answer is copied once it has repeated
+
+
+def test_confidence_table_buckets_first_tokens_by_the_targets_confidence():
+    confidence = torch.tensor([0.1, 0.29, 0.3, 0.95, 0.99, 1.0])
+    right = torch.tensor([False, True, True, False, True, True])
+    table = confidence_table(confidence, right)
+    assert list(table) == ["0.0-0.3", "0.3-0.5", "0.5-0.7", "0.7-0.9", "0.9-0.99", "0.99-1.0"]
+    assert table["0.0-0.3"] == {"share": round(2 / 6, 4), "first_right": 0.5}
+    assert table["0.3-0.5"] == {"share": round(1 / 6, 4), "first_right": 1.0}  # from 0.3 on
+    assert table["0.5-0.7"] == {"share": 0.0, "first_right": None}
+    assert table["0.9-0.99"]["first_right"] == 0.0
+    assert table["0.99-1.0"] == {"share": round(2 / 6, 4), "first_right": 1.0}
+
+
+def test_target_confidence_of_its_own_greedy_answer_is_its_top_probability(target_f32,
+                                                                           shipped_drafter_f32,
+                                                                           chat_prompts):
+    prompt = chat_prompts[0]
+    out = SpecDecoder(target_f32, shipped_drafter_f32).generate(prompt, 12, stop_token_ids={EOS})
+    ids, prompt_len = prompt[0].tolist() + out.token_ids, prompt.shape[1]
+    confidence = target_confidence(target_f32, ids, prompt_len)
+    with torch.no_grad():
+        probs = target_f32(torch.tensor([ids])).logits[0, prompt_len:-1].float().softmax(-1)
+    assert confidence.shape == (len(ids) - 1 - prompt_len,)
+    torch.testing.assert_close(confidence, probs.max(-1).values)  # greedy: its top token
+    res = teacher_forced_tau(target_f32, {"a": shipped_drafter_f32}, [(ids, prompt_len)],
+                             by_confidence=True)
+    table = res["a"]["first_token_by_target_confidence"]
+    assert sum(b["share"] for b in table.values()) == pytest.approx(1.0, abs=1e-3)
+    first_right = sum(c for c in res["a"]["accepted_lengths"][1:]) / res["a"]["blocks"]
+    pooled = sum(b["share"] * b["first_right"] for b in table.values() if b["share"])
+    assert pooled == pytest.approx(first_right, abs=1e-3)

@@ -48,6 +48,9 @@ def main():
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--ngram", action="store_true",
                         help="also prompt lookup, and per drafter the better of the two per anchor")
+    parser.add_argument("--by-confidence", action="store_true",
+                        help="also each drafter's first-token accuracy per bucket of the "
+                             "target's confidence in that token")
     parser.add_argument("--output", type=Path)
     args = parser.parse_args()
     torch.manual_seed(args.seed)
@@ -64,10 +67,16 @@ def main():
         random.Random(f"{args.seed}:{label}").shuffle(records)
         seqs = answer_sequences(records, args.answer_tokens)[:args.sequences]
         start = time.perf_counter()
-        res = teacher_forced_tau(target, drafters, seqs, ngram=args.ngram)
+        res = teacher_forced_tau(target, drafters, seqs, ngram=args.ngram,
+                                 by_confidence=args.by_confidence)
         results["answers"][label] = {"file": path, **res}
         print(f"{label} ({len(seqs)} sequences, {time.perf_counter() - start:.0f} s): "
               + ", ".join(f"{n} {r['tau']:.3f}" for n, r in res.items()), flush=True)
+        for name, r in res.items():
+            if "first_token_by_target_confidence" in r:
+                print(f"  {name} first token right, by the target's confidence: " + ", ".join(
+                    f"{k} {v['first_right']} ({v['share']:.0%})"
+                    for k, v in r["first_token_by_target_confidence"].items()), flush=True)
     if args.output:
         args.output.write_text(json.dumps(results, indent=1) + "\n")
 

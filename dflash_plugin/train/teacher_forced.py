@@ -103,14 +103,44 @@ def ngram_acceptance(ids: list[int], prompt_len: int, block_size: int) -> torch.
     return out
 
 
+# Buckets of the target's own probability for its next token (each from its lower edge on).
+CONFIDENCE_EDGES = (0.0, 0.3, 0.5, 0.7, 0.9, 0.99, 1.0)
+
+
+@torch.no_grad()
+def target_confidence(target, ids: list[int], prompt_len: int) -> torch.Tensor:
+    """At each answer position but the last, the probability the target gives the token it
+    wrote next: how sure the target was of what the drafter's first token must match."""
+    logits = target(torch.tensor([ids], device=target.device)).logits[0, prompt_len:-1].float()
+    nxt = torch.tensor(ids[prompt_len + 1:], device=logits.device)
+    return logits.softmax(-1).gather(1, nxt[:, None])[:, 0].cpu()
+
+
+def confidence_table(confidence: torch.Tensor, first_right: torch.Tensor) -> dict[str, dict]:
+    """Per bucket of the target's confidence: its share of anchors and how often the drafter's
+    first token is right there."""
+    edges = torch.tensor(CONFIDENCE_EDGES)
+    bucket = torch.bucketize(confidence, edges[1:-1], right=True)
+    table = {}
+    for b in range(len(CONFIDENCE_EDGES) - 1):
+        hit = bucket == b
+        table[f"{CONFIDENCE_EDGES[b]}-{CONFIDENCE_EDGES[b + 1]}"] = {
+            "share": round(float(hit.float().mean()), 4),
+            "first_right": round(float(first_right[hit].float().mean()), 4) if hit.any() else None}
+    return table
+
+
 @torch.no_grad()
 def teacher_forced_tau(target, drafters: dict, sequences: list[tuple[list[int], int]],
-                       ngram: bool = False) -> dict[str, dict]:
+                       ngram: bool = False, by_confidence: bool = False) -> dict[str, dict]:
     """Per drafter: mean accepted length over blocks anchored at every answer position but the
     last, pooled over sequences; how many blocks accepted each length (1..block); and the
     per-sequence means. Drafters reading the same target layers share the target pass.
     `ngram`: also prompt lookup ("ngram") and, per drafter, the better of the two at each
-    anchor ("NAME|ngram", what a perfect per-step choice between them reaches)."""
+    anchor ("NAME|ngram", what a perfect per-step choice between them reaches).
+    `by_confidence`: also each drafter's first-token accuracy per bucket of the target's own
+    confidence in that token (confidence_table): low where the target itself is unsure is the
+    target's doing, low where it is sure is the drafter's."""
     if not sequences:
         raise ValueError("no sequence with an answer to draft")
     embed = target.get_input_embeddings()
@@ -122,6 +152,7 @@ def teacher_forced_tau(target, drafters: dict, sequences: list[tuple[list[int], 
         block |= {"ngram": size} | {f"{name}|ngram": size for name in drafters}
     lengths = {name: torch.zeros(size + 1, dtype=torch.long) for name, size in block.items()}
     per_seq = {name: [] for name in block}
+    confidence, first_right = [], {name: [] for name in drafters}
 
     def add(name, accepted):
         lengths[name] += torch.bincount(accepted.long(), minlength=lengths[name].numel())
@@ -129,6 +160,8 @@ def teacher_forced_tau(target, drafters: dict, sequences: list[tuple[list[int], 
 
     for ids, prompt_len in sequences:
         feats = {}
+        if by_confidence:
+            confidence.append(target_confidence(target, ids, prompt_len))
         if ngram:
             lookup = ngram_acceptance(ids, prompt_len, block["ngram"])
             add("ngram", lookup)
@@ -140,6 +173,7 @@ def teacher_forced_tau(target, drafters: dict, sequences: list[tuple[list[int], 
                     feats[layers] = target_features(target, capture, ids, target.dtype)
             accepted = block_acceptance(drafter, embed, head, feats[layers], ids, prompt_len)
             add(name, accepted)
+            first_right[name].append(accepted >= 2)
             if ngram:
                 add(f"{name}|ngram", torch.maximum(accepted, lookup))
     out = {}
@@ -148,4 +182,7 @@ def teacher_forced_tau(target, drafters: dict, sequences: list[tuple[list[int], 
         tau = float((torch.arange(counts.numel()) * counts).sum()) / blocks
         out[name] = {"tau": round(tau, 4), "blocks": blocks,
                      "accepted_lengths": counts[1:].tolist(), "per_sequence": per_seq[name]}
+        if by_confidence and name in drafters:
+            out[name]["first_token_by_target_confidence"] = confidence_table(
+                torch.cat(confidence), torch.cat(first_right[name]))
     return out
