@@ -9,6 +9,10 @@ out-of-distribution prompts, decoded tau is 1.72 for the drafter's chain, 2.21 f
 tree, 2.42 for the chain plus lookup, and 2.94 for the 16-node tree plus lookup
 (docs/history.md, round 20). Lossless as any draft tree: the walk follows the target's own
 token at every node.
+
+With a datastore of the target's training answers (dflash_plugin.datastore), each round also
+grafts the continuation retrieved for the history: replayed the same way, 3.04 for the 8-node
+tree with both branches against 2.80 with lookup alone.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from dflash_plugin.datastore import AnswerDatastore
 from dflash_plugin.drafter import DFlashDraftModel
 from dflash_plugin.ngram import lookup_continuation
 from dflash_plugin.sampling import SamplingParams
@@ -42,12 +47,15 @@ def two_branch_tree(root: int, branches: list[list[int]]) -> DraftTree:
 
 class LookupTreeDecoder(TreeDecoder):
     """TreeDecoder whose rounds also verify the lookup continuation of the history (block - 1
-    tokens; nothing more where lookup finds no match). `budget`: the drafter's nodes."""
+    tokens; nothing more where lookup finds no match), and with a `datastore` its retrieved
+    continuation too. `budget`: the drafter's nodes."""
 
     def __init__(self, target: nn.Module, drafter: DFlashDraftModel, budget: int,
-                 block_size: int | None = None):
+                 block_size: int | None = None, datastore: AnswerDatastore | None = None):
         super().__init__(target, drafter, budget=budget, block_size=block_size)
+        self.datastore = datastore
         self.lookup_rounds = 0    # rounds that carried a lookup branch
+        self.retrieved_rounds = 0  # rounds that carried a retrieved branch
         self.lookup_wins = 0      # rounds that accepted a token only the lookup branch drafted
         self._drafter_nodes = 0
 
@@ -59,6 +67,10 @@ class LookupTreeDecoder(TreeDecoder):
         if lookup:
             self.lookup_rounds += 1
             graft(tree, lookup)
+        retrieved = self.datastore.draft(self.history, block - 1) if self.datastore else []
+        if retrieved:
+            self.retrieved_rounds += 1
+            graft(tree, retrieved)
         return tree
 
     def speculate(self, bonus: int, start: int, context: torch.Tensor, caches: tuple,

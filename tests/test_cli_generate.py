@@ -93,3 +93,20 @@ def test_generate_dtype_defaults_to_float32_on_cpus_without_native_bf16(
     assert cli.main(["generate", "--prompts-file", str(prompts_file), "--output", str(out),
                      "--no-speculation", "--max-new-tokens", "2"]) == 0
     assert seen == [expected] and out.read_text()
+
+
+def test_datastore_drafts_with_lookup_trees_only_and_from_files_that_exist(
+        tmp_path, prompts_file, draft_dir, shared_target, capsys):
+    answers = tmp_path / "answers.jsonl"
+    answers.write_text(json.dumps({"response_ids": [1, 2, 3, 4, 5]}) + "\n")
+    common = ["generate", "--prompts-file", str(prompts_file), "--output", str(tmp_path / "o"),
+              "--dtype", "float32", "--max-new-tokens", "4", "--draft", str(draft_dir)]
+    assert cli.main(common + ["--datastore", str(answers)]) == 2
+    assert "LOOKUP_TREE" in capsys.readouterr().err
+    assert cli.main(common + ["--speculative-algorithm", "LOOKUP_TREE",
+                              "--datastore", str(tmp_path / "none.jsonl")]) == 2
+    assert "no such file" in capsys.readouterr().err
+    plain = run_generate(tmp_path, prompts_file, "--no-speculation")
+    spec = run_generate(tmp_path, prompts_file, "--draft", str(draft_dir), "--speculative-algorithm",
+                        "LOOKUP_TREE", "--tree-budget", "2", "--datastore", str(answers))
+    assert [r["token_ids"] for r in spec] == [r["token_ids"] for r in plain]

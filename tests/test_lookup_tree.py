@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from dflash_plugin.datastore import AnswerDatastore
 from dflash_plugin.generate import SpecDecoder, generate_plain
 from dflash_plugin.lookup_tree import LookupTreeDecoder, graft, two_branch_tree
 from dflash_plugin.tree import build_tree
@@ -56,6 +57,28 @@ def test_lookup_branch_wins_where_the_answer_copies(target_f32, tokenizer, shipp
     assert both.token_ids == plain.token_ids == chain.token_ids
     assert decoder.lookup_wins >= 1
     assert both.num_target_passes < chain.num_target_passes
+
+
+def test_retrieved_branch_keeps_greedy_output_and_wins_where_the_answers_know(
+        target_f32, shipped_drafter_f32, chat_prompts, plain_results):
+    answers = [plain_results(i).token_ids for i in range(3)]
+    budget = 2
+    # One datastore holds these very answers; the other holds them with every fourth token
+    # changed, so its n-grams still match but its continuations go wrong within a few tokens.
+    spoilt = [[t + 1 if k % 4 == 0 else t for k, t in enumerate(a)] for a in answers]
+    decoders = {"lookup only": LookupTreeDecoder(target_f32, shipped_drafter_f32, budget),
+                "knows": LookupTreeDecoder(target_f32, shipped_drafter_f32, budget,
+                                           datastore=AnswerDatastore.build(answers)),
+                "spoilt": LookupTreeDecoder(target_f32, shipped_drafter_f32, budget,
+                                            datastore=AnswerDatastore.build(spoilt))}
+    passes = dict.fromkeys(decoders, 0)
+    for i in range(3):
+        for name, decoder in decoders.items():
+            out = decoder.generate(chat_prompts[i], PLAIN_MAX_NEW, stop_token_ids={EOS})
+            assert out.token_ids == answers[i], (name, i)
+            passes[name] += out.num_target_passes
+    assert decoders["knows"].retrieved_rounds > 0 and decoders["spoilt"].retrieved_rounds > 0
+    assert passes["knows"] < passes["lookup only"]
 
 
 def test_a_round_at_t1_samples_the_target_distribution(smollm_f32, shipped_drafter_f32):

@@ -1,13 +1,15 @@
 """Decoded tau of draft shapes, simulated from one teacher-forced pass per answer (T=0): the
 drafter's chain, prompt lookup, the two together, the chain continued by lookup, DDTree at
-several budgets, and DDTree with the lookup branch grafted on
+several budgets, and DDTree with the lookup branch grafted on; with `--datastore`, also drafts
+retrieved from the target's training answers (dflash_plugin/datastore.py)
 (dflash_plugin/train/teacher_forced.py). At T=0 a shape accepts at
 each answer position exactly what decoding accepts when it starts a block there, so a greedy
 decode can be replayed from those lengths without running it
 (tests/test_teacher_forced.py proves both on the real model).
 
     .venv/bin/python tools/draft_shapes.py --answers runs/ood-answers/responses.jsonl.gz \\
-        --budgets 8,16,32,64 --output docs/bench/NAME.json
+        --budgets 8,16,32,64 --output docs/bench/NAME.json \\
+        --datastore train_data/smollm2-135m-real/responses.partial.jsonl.gz ...
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from dflash_plugin.datastore import AnswerDatastore, load_answers_datastore
 from dflash_plugin.draft_vocab import load_drafter_for_target
 from dflash_plugin.features import FeatureCapture
 from dflash_plugin.lookup_tree import graft, two_branch_tree
@@ -51,7 +54,13 @@ def spliced(chain: list[int], history: np.ndarray) -> list[int]:
     return draft
 
 
-def shapes_at(log_probs, ids, history: np.ndarray, budgets: list[int]) -> dict:
+def read_answers(path: Path) -> list[dict]:
+    with gzip.open(path, "rt") if path.suffix == ".gz" else path.open() as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def shapes_at(log_probs, ids, history: np.ndarray, budgets: list[int],
+              datastore: AnswerDatastore | None = None) -> dict:
     """Every shape's draft tree for one anchor, the history ending at it (root token 0: only
     the drafted paths matter)."""
     chain = ids[:, 0].tolist()
@@ -62,6 +71,13 @@ def shapes_at(log_probs, ids, history: np.ndarray, budgets: list[int]) -> dict:
     for b in budgets:
         trees[f"tree{b}"] = build_tree(0, log_probs[:, :b], ids[:, :b], b)
         trees[f"tree{b}+lookup"] = graft(build_tree(0, log_probs[:, :b], ids[:, :b], b), lookup)
+    if datastore is not None:
+        found = datastore.draft(history, len(chain))
+        trees["lookup, else retrieved, else chain"] = two_branch_tree(0, [lookup or found or chain])
+        trees["chain+lookup+retrieved"] = two_branch_tree(0, [chain, lookup, found])
+        for b in budgets:
+            tree = graft(build_tree(0, log_probs[:, :b], ids[:, :b], b), lookup)
+            trees[f"tree{b}+lookup+retrieved"] = graft(tree, found)
     return trees
 
 
@@ -72,13 +88,15 @@ def main():
     parser.add_argument("--drafter", default=None, help="default: the shipped drafter")
     parser.add_argument("--budgets", default="8,16,32,64")
     parser.add_argument("--answer-tokens", type=int, default=128)
+    parser.add_argument("--datastore", type=Path, nargs="*", default=[],
+                        help="answer files to retrieve drafts from (never the evaluated ones)")
     parser.add_argument("--output", type=Path)
     args = parser.parse_args()
     budgets = [int(b) for b in args.budgets.split(",")]
     target, _ = load_target(resolve_target(None), dtype=torch.float32)
     drafter = load_drafter_for_target(target, args.drafter, torch.float32)
-    with gzip.open(args.answers, "rt") if args.answers.suffix == ".gz" else args.answers.open() as f:
-        records = [json.loads(line) for line in f if line.strip()]
+    records = read_answers(args.answers)
+    datastore = load_answers_datastore(args.datastore) if args.datastore else None
     answered = [(seq, r.get("category") or r["id"].split("-")[1]) for r in records
                 for seq in answer_sequences([r], args.answer_tokens)]  # none if too short
     capture = FeatureCapture(target, tuple(drafter.fields.target_layer_ids))
@@ -97,14 +115,15 @@ def main():
         for i, anchor in enumerate(range(prompt_len, len(ids) - 1)):
             truth = tokens[anchor + 1:anchor + block]
             for name, tree in shapes_at(log_probs[i], top_ids[i], tokens[:anchor + 1],
-                                        budgets).items():
+                                        budgets, datastore).items():
                 accepted[name].append(tree_acceptance(tree, truth))
                 nodes[name].append(tree.num_drafted)
         for name, lengths in accepted.items():
             taus[name][category].append(decoded_tau(lengths))
     print(f"{len(answered)} answers in {time.perf_counter() - start:.0f} s", flush=True)
     results = {"answers": str(args.answers), "drafter": args.drafter or "shipped",
-               "answer_tokens": args.answer_tokens, "shapes": {}}
+               "answer_tokens": args.answer_tokens,
+               "datastore": [str(p) for p in args.datastore], "shapes": {}}
     for name, by_category in taus.items():
         every = [t for values in by_category.values() for t in values]
         results["shapes"][name] = {

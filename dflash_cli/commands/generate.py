@@ -4,6 +4,7 @@ reference path, batch size 1). Prints one JSON object per prompt."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 import torch
@@ -32,6 +33,10 @@ def add_arguments(p):
                         "branch (the n-gram continuation of the history grafted on)")
     p.add_argument("--tree-budget", type=int, default=32,
                    help="DDTREE, LOOKUP_TREE: the drafter's nodes per draft tree")
+    p.add_argument("--datastore", nargs="+", default=None, metavar="FILE",
+                   help="LOOKUP_TREE: also graft the continuation retrieved from these answer "
+                        "files of the target (the training stage's responses, .jsonl[.gz]) or "
+                        "a saved datastore (.npz)")
     p.add_argument("--temperature", type=float, default=0.0)
     p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--top-k", type=int, default=0)
@@ -70,8 +75,10 @@ def build_decoder(args, target):
         return TreeDecoder(target, drafter, budget=args.tree_budget, block_size=args.block_size).generate
     if args.speculative_algorithm == "LOOKUP_TREE":
         from dflash_plugin.lookup_tree import LookupTreeDecoder
+        from dflash_plugin.datastore import load_answers_datastore
+        datastore = load_answers_datastore(args.datastore) if args.datastore else None
         return LookupTreeDecoder(target, drafter, budget=args.tree_budget,
-                                 block_size=args.block_size).generate
+                                 block_size=args.block_size, datastore=datastore).generate
     decoder_class = SpecDecoder
     if args.draft_policy == "adaptive":
         from dflash_plugin.adaptive_decode import AdaptiveSpecDecoder as decoder_class
@@ -121,6 +128,13 @@ def run(args) -> int:
     sampling = SamplingParams(args.temperature, args.top_p, args.top_k)
     if args.max_new_tokens < 1:
         raise DFlashError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
+    if args.datastore:
+        if args.speculative_algorithm != "LOOKUP_TREE":
+            raise DFlashError("--datastore drafts a branch of LOOKUP_TREE's draft trees; add "
+                              "--speculative-algorithm LOOKUP_TREE")
+        missing = [p for p in args.datastore if not os.path.isfile(p)]
+        if missing:
+            raise DFlashError(f"--datastore: no such file: {', '.join(missing)}")
     records = read_prompts_file(args.prompts_file) if args.prompts_file else [{"turns": [args.prompt]}]
     if args.dtype is None:
         args.dtype = default_cpu_dtype() or "bfloat16"

@@ -1,0 +1,63 @@
+"""Drafts retrieved from the target's answers (dflash_plugin.datastore)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dflash_plugin.datastore import AnswerDatastore
+
+ANSWERS = [[1, 2, 3, 4, 5], [1, 2, 3, 9], [7, 2, 3, 4, 6], [1, 2, 3, 4, 5, 8]]
+
+
+def test_the_longest_ngram_gives_its_most_common_continuation():
+    ds = AnswerDatastore.build(ANSWERS, ngram_sizes=(4, 3, 2), continuation=4)
+    # "1 2 3" went on with 4 twice and 9 once: the first answer that went on with 4 is copied
+    match = ds.continuation([0, 1, 2, 3])
+    assert match.ngram == 3 and match.tokens.tolist() == [4, 5]
+    assert match.share == pytest.approx(2 / 3) and match.count == 3
+    # "7 2 3 4" occurs once: the 4-gram wins over the commoner "2 3 4"
+    match = ds.continuation([7, 2, 3, 4])
+    assert (match.ngram, match.tokens.tolist(), match.count) == (4, [6], 1)
+    # only "2 3" ends this history: 4 of its occurrences, 3 of them followed by 4
+    match = ds.continuation([0, 2, 3])
+    assert (match.ngram, match.share, match.count) == (2, 0.75, 4)
+    assert ds.continuation([0, 2, 3], min_ngram=3) is None
+    assert ds.continuation([42]) is None and ds.continuation([]) is None
+
+
+def test_no_ngram_or_continuation_crosses_two_answers():
+    ds = AnswerDatastore.build([[1, 2], [3, 4, 5]], ngram_sizes=(2,), continuation=8)
+    assert ds.continuation([2, 3]) is None  # "2 3" spans the boundary between the answers
+    assert ds.continuation([3, 4]).tokens.tolist() == [5]  # stops at its answer's end
+    assert ds.continuation([4, 5]) is None  # nothing followed it
+
+
+def test_continuation_length_is_capped():
+    ds = AnswerDatastore.build([list(range(10, 40))], ngram_sizes=(2,), continuation=5)
+    assert ds.continuation([10, 11]).tokens.tolist() == [12, 13, 14, 15, 16]
+    assert ds.continuation([10, 11], length=2).tokens.tolist() == [12, 13]
+
+
+def test_saved_datastore_loads_with_the_same_matches(tmp_path):
+    ds = AnswerDatastore.build(ANSWERS, continuation=4)
+    ds.save(tmp_path / "ds.npz")
+    loaded = AnswerDatastore.load(tmp_path / "ds.npz")
+    assert loaded.length == 4 and list(loaded.index) == list(ds.index)
+    for history in ([0, 1, 2, 3], [7, 2, 3, 4], [0, 2, 3], [3, 4]):
+        a, b = ds.continuation(history), loaded.continuation(history)
+        assert (a.ngram, a.share, a.count) == (b.ngram, b.share, b.count)
+        np.testing.assert_array_equal(a.tokens, b.tokens)
+
+
+def test_bad_input_is_refused():
+    with pytest.raises(ValueError, match="no answers"):
+        AnswerDatastore.build([])
+    with pytest.raises(ValueError, match="positive"):
+        AnswerDatastore.build(ANSWERS, ngram_sizes=(2, 0))
+
+
+def test_answers_too_short_for_an_ngram_size_leave_it_out():
+    ds = AnswerDatastore.build([[1, 2, 3]], ngram_sizes=(5, 3, 2))
+    assert list(ds.index) == [2]  # "1 2 3" has no 3-gram with a token after it
+    assert ds.continuation([1, 2]).tokens.tolist() == [3]
