@@ -29,6 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
+from dflash_plugin.errors import DFlashError
+
 NGRAM_SIZES = (5, 4, 3, 2)
 CONTINUATION = 15  # a 16-token block's drafted positions
 # What `draft` proposes: an n-gram of 3+ tokens that went on with this token at least half the
@@ -161,8 +163,14 @@ def load_answers_datastore(paths: Sequence[str | Path]) -> AnswerDatastore:
     def answers():
         for path in paths:
             with gzip.open(path, "rt") if path.suffix == ".gz" else path.open() as f:
-                for line in f:
-                    if line.strip():
+                for number, line in enumerate(f, 1):
+                    if not line.strip():
+                        continue
+                    try:
                         yield trim_loop(json.loads(line)["response_ids"])
+                    except (ValueError, KeyError, TypeError) as err:
+                        raise DFlashError(f"{path} line {number}: not an answer record with "
+                                          f"response_ids (the responses stage's files): "
+                                          f"{err}") from None
 
     return AnswerDatastore.build(answers())

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
-from dflash_plugin.datastore import AnswerDatastore
+from dflash_plugin.datastore import AnswerDatastore, load_answers_datastore
+from dflash_plugin.errors import DFlashError
 
 ANSWERS = [[1, 2, 3, 4, 5], [1, 2, 3, 9], [7, 2, 3, 4, 6], [1, 2, 3, 4, 5, 8]]
 
@@ -61,3 +64,14 @@ def test_answers_too_short_for_an_ngram_size_leave_it_out():
     ds = AnswerDatastore.build([[1, 2, 3]], ngram_sizes=(5, 3, 2))
     assert list(ds.index) == [2]  # "1 2 3" has no 3-gram with a token after it
     assert ds.continuation([1, 2]).tokens.tolist() == [3]
+
+
+def test_answer_files_build_it_and_other_files_are_refused_by_line(tmp_path):
+    answers = tmp_path / "answers.jsonl"
+    answers.write_text("".join(json.dumps({"response_ids": a}) + "\n" for a in ANSWERS))
+    ds = load_answers_datastore([answers])
+    assert ds.continuation([0, 1, 2, 3]).tokens.tolist()[:2] == [4, 5]
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text(json.dumps({"prompt": "hi"}) + "\n")
+    with pytest.raises(DFlashError, match="prompts.jsonl line 1: not an answer record"):
+        load_answers_datastore([answers, prompts])
