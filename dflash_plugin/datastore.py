@@ -119,8 +119,9 @@ class AnswerDatastore:
         for n, (keys, starts, counts, totals) in self.index.items():
             if n < min_ngram or history.shape[0] < n:
                 continue
-            i = int(np.searchsorted(keys, _hash(history[-n:])))
-            if i == keys.shape[0] or keys[i] != _hash(history[-n:]):
+            key = _hash(history[-n:])
+            i = int(np.searchsorted(keys, key))
+            if i == keys.shape[0] or keys[i] != key:
                 continue
             tokens = self.corpus[starts[i]:starts[i] + length]
             stop = np.flatnonzero(tokens == _SEPARATOR)
