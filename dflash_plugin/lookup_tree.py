@@ -17,6 +17,8 @@ tree with both branches against 2.80 with lookup alone.
 
 from __future__ import annotations
 
+import sys
+
 import torch
 from torch import nn
 
@@ -57,7 +59,9 @@ class LookupTreeDecoder(TreeDecoder):
         self.lookup_rounds = 0    # rounds that carried a lookup branch
         self.retrieved_rounds = 0  # rounds that carried a retrieved branch
         self.lookup_wins = 0      # rounds that accepted a token only the lookup branch drafted
+        self.retrieved_wins = 0   # rounds that accepted a token only the retrieved branch drafted
         self._drafter_nodes = 0
+        self._retrieved_nodes = sys.maxsize  # the retrieved branch's first own node (none: past all)
 
     def draft_tree(self, bonus: int, start: int, context: torch.Tensor, cache,
                    block: int) -> DraftTree:
@@ -68,6 +72,7 @@ class LookupTreeDecoder(TreeDecoder):
             self.lookup_rounds += 1
             graft(tree, lookup)
         retrieved = self.datastore.draft(self.history, block - 1) if self.datastore else []
+        self._retrieved_nodes = tree.num_nodes if retrieved else sys.maxsize
         if retrieved:
             self.retrieved_rounds += 1
             graft(tree, retrieved)
@@ -77,6 +82,9 @@ class LookupTreeDecoder(TreeDecoder):
                   block: int, sampling: SamplingParams, generator: torch.Generator):
         verdict, features, drafted = super().speculate(bonus, start, context, caches, block,
                                                        sampling, generator)
-        if any(node >= self._drafter_nodes for node in verdict.accepted_nodes):
+        accepted = verdict.accepted_nodes
+        if any(self._drafter_nodes <= node < self._retrieved_nodes for node in accepted):
             self.lookup_wins += 1
+        if any(node >= self._retrieved_nodes for node in accepted):
+            self.retrieved_wins += 1
         return verdict, features, drafted

@@ -78,6 +78,7 @@ def test_retrieved_branch_keeps_greedy_output_and_wins_where_the_answers_know(
             assert out.token_ids == answers[i], (name, i)
             passes[name] += out.num_target_passes
     assert decoders["knows"].retrieved_rounds > 0 and decoders["spoilt"].retrieved_rounds > 0
+    assert decoders["knows"].retrieved_wins > 0
     assert passes["knows"] < passes["lookup only"]
 
 
