@@ -9,8 +9,12 @@ serving engines run decoding steps, so the figures are the GPU's time, not Pytho
 - draft pass: the drafter's layers over 16 positions per request, attending to the context,
   its `fc` fusing 5 target layers for the L new tokens, and the LM head over 15 positions.
 
-Writes JSON with the milliseconds of every (B, L) and draft pass. Used to build the draft
-policy's CUDA preset (dflash_plugin/cost_presets.py).
+- tree verify (`--tree-nodes`): batch B in `--tree-batches`, each request verifying N draft-tree
+  nodes under a tree (ancestor) mask, and, beside it, N tokens of a linear draft, to price the
+  reference path's trees (DDTree, the lookup and retrieved branches) on a GPU.
+
+Writes JSON with the milliseconds of every (B, L), tree and draft pass. Used to build the draft
+policy's CUDA preset (dflash_plugin/measured_costs.py).
 """
 
 from __future__ import annotations
@@ -96,10 +100,15 @@ def main():
     parser.add_argument("--max-verify", type=int, default=16)
     parser.add_argument("--draft-layers", default="1,3,5,8")
     parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--tree-nodes", default="",
+                        help="comma-separated node counts of draft trees to verify (none: skip)")
+    parser.add_argument("--tree-batches", default="1,2,4,8,16")
     parser.add_argument("--output", required=True)
     args = parser.parse_args()
     batches = [int(b) for b in args.batches.split(",")]
     draft_layer_counts = [int(n) for n in args.draft_layers.split(",")]
+    tree_nodes = [int(n) for n in args.tree_nodes.split(",") if n]
+    tree_batches = [int(b) for b in args.tree_batches.split(",")] if tree_nodes else []
     torch.manual_seed(0)
     started = time.time()
     layers = [Layer() for _ in range(LAYERS)]
@@ -108,19 +117,20 @@ def main():
     lm_head = rand(VOCAB, HIDDEN)
     fc = rand(HIDDEN, FEATURE_LAYERS * HIDDEN)
     final_norm = torch.ones(HIDDEN, device="cuda", dtype=torch.bfloat16)
-    max_b = max(batches)
+    max_b = max(batches + tree_batches)
     ctx = args.context
     # One cache per layer, sized for the largest step; each step uses a [:b, :, :ctx+L] view.
     span = ctx + BLOCK
-    k_caches = [rand(max_b, KV_HEADS, span, HEAD_DIM) for _ in range(LAYERS)]
-    v_caches = [rand(max_b, KV_HEADS, span, HEAD_DIM) for _ in range(LAYERS)]
+    cache_len = ctx + max([BLOCK, *tree_nodes])
+    k_caches = [rand(max_b, KV_HEADS, cache_len, HEAD_DIM) for _ in range(LAYERS)]
+    v_caches = [rand(max_b, KV_HEADS, cache_len, HEAD_DIM) for _ in range(LAYERS)]
     dk = [rand(max_b, KV_HEADS, span, HEAD_DIM) for _ in drafter]
     dv = [rand(max_b, KV_HEADS, span, HEAD_DIM) for _ in drafter]
     result = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
               "shape": {"hidden": HIDDEN, "layers": LAYERS, "heads": HEADS, "kv_heads": KV_HEADS,
                         "head_dim": HEAD_DIM, "mlp": MLP, "vocab": VOCAB},
               "context": ctx, "dtype": "bfloat16", "cuda_graphs": True,
-              "target_ms": {}, "draft_ms": {}}
+              "target_ms": {}, "draft_ms": {}, "tree_ms": {}, "linear_ms": {}}
 
     def target_step(b, length):
         ids = torch.randint(0, VOCAB, (b, length), device="cuda")
@@ -134,6 +144,28 @@ def main():
             x = embed[ids]
             for layer, k, v in zip(layers, ks, vs):
                 x = layer(x, k, v, mask, ctx + length)
+            return F.rms_norm(x, (HIDDEN,), final_norm) @ lm_head.t()
+        return run
+
+    def verify_nodes(b, nodes, tree):
+        # N new positions per request after the context: under a tree mask each sees the context
+        # and its ancestors (a random tree, each node's parent an earlier node), else causal.
+        ids = torch.randint(0, VOCAB, (b, nodes), device="cuda")
+        own = torch.eye(nodes, dtype=torch.bool, device="cuda")
+        if tree:
+            parents = [-1] + [int(torch.randint(0, i, ())) for i in range(1, nodes)]
+            for i in range(1, nodes):
+                own[i] |= own[parents[i]]
+        else:
+            own = torch.ones(nodes, nodes, dtype=torch.bool, device="cuda").tril()
+        mask = torch.cat([torch.ones(nodes, ctx, dtype=torch.bool, device="cuda"), own], 1)
+        ks = [c[:b, :, :ctx + nodes] for c in k_caches]
+        vs = [c[:b, :, :ctx + nodes] for c in v_caches]
+
+        def run():
+            x = embed[ids]
+            for layer, k, v in zip(layers, ks, vs):
+                x = layer(x, k, v, mask, ctx + nodes)
             return F.rms_norm(x, (HIDDEN,), final_norm) @ lm_head.t()
         return run
 
@@ -167,6 +199,13 @@ def main():
             ms = timed_graph(draft_pass(b, n, 4), args.repeats)
             result["draft_ms"][f"{b}x{n}"] = ms
             print(f"draft b={b} layers={n}: {ms:.3f} ms", flush=True)
+        torch.cuda.empty_cache()
+    for b in tree_batches:
+        for nodes in tree_nodes:
+            for tree, table in ((True, "tree_ms"), (False, "linear_ms")):
+                ms = timed_graph(verify_nodes(b, nodes, tree), args.repeats)
+                result[table][f"{b}x{nodes}"] = ms
+                print(f"{table[:-3]} b={b} nodes={nodes}: {ms:.3f} ms", flush=True)
         torch.cuda.empty_cache()
     result["seconds"] = time.time() - started
     with open(args.output, "w") as f:
