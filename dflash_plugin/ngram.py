@@ -11,7 +11,9 @@ back, per request, which draft to verify and how much of it.
   verification like the drafter's confidence calibration.
 - `NgramDrafts`: per step, before the draft pass, whether n-gram drafts alone (no draft pass
   to pay for) beat running the drafter; after the pass, per request, the draft with the larger
-  expected gain. Lengths are then planned by the same cost model (draft_policy), and
+  expected gain. With a datastore of the target's answers (dflash_plugin.datastore) a request
+  may also get the continuation retrieved for its last n-gram (`with_retrieved`), calibrated
+  apart from the history's lookup. Lengths are then planned by the same cost model (draft_policy), and
   lookup-only steps are run only where recent ones paid for their time
   (lookup_gate.LookupGate).
 
@@ -35,19 +37,25 @@ from dflash_plugin.draft_policy import (
     cumulative_acceptance,
     plan_draft_lengths,
 )
+from dflash_plugin.datastore import DRAFT_MIN_NGRAM, NGRAM_SIZES, AnswerDatastore
 from dflash_plugin.lookup_gate import LookupGate
 
 # The lookup vLLM's n-gram method runs with under `dflash serve --speculative-algorithm NGRAM`.
 NGRAM_MIN = 2
 NGRAM_MAX = 4
+# The n-gram lengths of retrieved drafts (the datastore's, from DRAFT_MIN_NGRAM on)
+RETRIEVED_MIN = DRAFT_MIN_NGRAM
+RETRIEVED_MAX = max(NGRAM_SIZES)
 
 
 @dataclass(frozen=True)
 class NgramMatch:
-    """A proposed continuation (`tokens`, 1-D) and the length of the n-gram it follows."""
+    """A proposed continuation (`tokens`, 1-D) and the length of the n-gram it follows; from
+    the request's own history, or `retrieved` from a datastore of the target's answers."""
 
     tokens: np.ndarray
     ngram: int
+    retrieved: bool = False
 
 
 def find_ngram_draft(history: np.ndarray, k: int, min_n: int = NGRAM_MIN,
@@ -97,17 +105,21 @@ def lookup_continuation(history, length: int) -> list[int]:
 
 class NgramCalibration:
     """Per matched length n and draft position k: the running chance that the target accepts
-    the k-th n-gram token given tokens 1..k-1 were accepted, from a prior, slowly forgetting."""
+    the k-th n-gram token given tokens 1..k-1 were accepted, from a prior, slowly forgetting.
+    Retrieved drafts have rows of their own (after the lookup's), one per n-gram length."""
 
     def __init__(self, block: int, min_n: int = NGRAM_MIN, max_n: int = NGRAM_MAX,
                  prior: float = 0.5, prior_weight: float = 4.0, decay: float = 0.999):
         self.min_n, self.max_n, self.block, self.decay = min_n, max_n, block, decay
-        shape = (max_n - min_n + 1, block)
+        shape = (max_n - min_n + 1 + RETRIEVED_MAX - RETRIEVED_MIN + 1, block)
         self.tried = torch.full(shape, prior_weight, dtype=torch.float64)
         self.accepted = torch.full(shape, prior * prior_weight, dtype=torch.float64)
         self.num_drafts_seen = 0
 
-    def _row(self, ngram: int) -> int:
+    def _row(self, ngram: int, retrieved: bool = False) -> int:
+        if retrieved:
+            return (self.max_n - self.min_n + 1
+                    + min(max(ngram, RETRIEVED_MIN), RETRIEVED_MAX) - RETRIEVED_MIN)
         return min(max(ngram, self.min_n), self.max_n) - self.min_n
 
     def gains(self, matches: Sequence[NgramMatch | None], limit: int) -> torch.Tensor:
@@ -121,7 +133,7 @@ class NgramCalibration:
             if match is None:
                 continue
             length = min(limit, match.tokens.shape[0], self.block)
-            gains[i, :length] = cumulative[self._row(match.ngram), :length]
+            gains[i, :length] = cumulative[self._row(match.ngram, match.retrieved), :length]
         return torch.from_numpy(gains)
 
     def best_gains(self, limit: int) -> torch.Tensor:
@@ -136,16 +148,19 @@ class NgramCalibration:
         """[n-gram lengths, block] chance that tokens 1..k are all accepted."""
         return torch.cumprod(self.accepted / self.tried, dim=1)
 
-    def observe(self, ngrams: Sequence[int], drafted: Sequence[int], accepted: Sequence[int]):
+    def observe(self, ngrams: Sequence[int], drafted: Sequence[int], accepted: Sequence[int],
+                retrieved: Sequence[bool] | None = None):
         """Verified n-gram drafts: the matched length, the tokens verified and how many of them
-        the target accepted (tokens 1..a accepted, token a+1 rejected, later ones unknown)."""
+        the target accepted (tokens 1..a accepted, token a+1 rejected, later ones unknown), and
+        which of them were retrieved (None: none)."""
         if not ngrams:
             return
         self.tried *= self.decay
         self.accepted *= self.decay
-        for ngram, length, ok in zip(ngrams, drafted, accepted):
+        retrieved = retrieved or [False] * len(ngrams)
+        for ngram, length, ok, from_store in zip(ngrams, drafted, accepted, retrieved):
             seen = min(ok + 1, length, self.block)
-            row = self._row(ngram)
+            row = self._row(ngram, from_store)
             self.tried[row, :seen] += 1.0
             self.accepted[row, :min(ok, seen)] += 1.0
         self.num_drafts_seen += len(ngrams)
@@ -185,11 +200,14 @@ class NgramCounts:
     drafts_handed_out: int = 0  # requests that got an n-gram draft verified
     tokens_handed_out: int = 0
     tokens_accepted: int = 0
+    retrieved_handed_out: int = 0  # of drafts_handed_out, those retrieved from the datastore
+    retrieved_tokens_accepted: int = 0
 
     def summary(self) -> str:
         return (f"n-gram: {self.drafts_handed_out} drafts ({self.tokens_handed_out} tokens, "
-                f"{self.tokens_accepted} accepted), {self.steps_without_draft_pass} steps "
-                "without a draft pass")
+                f"{self.tokens_accepted} accepted; {self.retrieved_handed_out} drafts retrieved, "
+                f"{self.retrieved_tokens_accepted} of their tokens accepted), "
+                f"{self.steps_without_draft_pass} steps without a draft pass")
 
 
 class NgramDrafts:
@@ -197,8 +215,9 @@ class NgramDrafts:
     The policy itself is passed in with each choice (an adapter may replace it)."""
 
     def __init__(self, block: int, min_n: int = NGRAM_MIN, max_n: int = NGRAM_MAX,
-                 explore_every: int = 32):
+                 explore_every: int = 32, datastore: AnswerDatastore | None = None):
         self.min_n, self.max_n = min_n, max_n
+        self.datastore = datastore
         self.calibration = NgramCalibration(block, min_n, max_n)
         self.counts = NgramCounts()
         # Every this many steps whose matches all lost to the drafter, a matched request takes
@@ -220,6 +239,29 @@ class NgramDrafts:
         """One lookup per request (None: no history, e.g. a prefill chunk, or no match)."""
         return [None if h is None else find_ngram_draft(h, k, self.min_n, self.max_n)
                 for h in histories]
+
+    def with_retrieved(self, matches: Sequence[NgramMatch | None], tails: np.ndarray,
+                       sizes: np.ndarray, costs: CostModel,
+                       limit: int) -> list[NgramMatch | None]:
+        """`matches` (the history's lookup, per request) with the datastore's drafts where
+        lookup found none or where the retrieved draft is worth more by the calibration.
+        `tails` [B, W] / `sizes` [B]: each history's last tokens (AnswerDatastore.drafts)."""
+        if self.datastore is None or limit < 1:
+            return list(matches)
+        found = self.datastore.drafts(tails, sizes, limit)
+        retrieved = [None if m is None else NgramMatch(m.tokens, m.ngram, retrieved=True)
+                     for m in found]
+        both = [i for i, (a, b) in enumerate(zip(matches, retrieved)) if a is not None
+                and b is not None]
+        better = set()
+        if both:
+            price = token_price(costs, len(matches))
+            own = draft_value(self.calibration.gains([matches[i] for i in both], limit), price)
+            other = draft_value(self.calibration.gains([retrieved[i] for i in both], limit),
+                                price)
+            better = {i for i, wins in zip(both, (other > own).tolist()) if wins}
+        return [retrieved[i] if retrieved[i] is not None and (match is None or i in better)
+                else match for i, match in enumerate(matches)]
 
     def could_pay(self, costs: CostModel, batch: int, limit: int) -> bool:
         """Whether lookup-only drafts could pay at this batch at all: planned for the best
@@ -297,11 +339,18 @@ class NgramDrafts:
         take = torch.tensor(self._lookup_rows(costs, drafter_gains, lookup, batch)).unsqueeze(-1)
         return torch.where(take, lookup, drafter_gains)
 
-    def handed_out(self, lengths: Sequence[int]):
+    def handed_out(self, lengths: Sequence[int], retrieved: Sequence[bool] | None = None):
         used = [n for n in lengths if n]
         self.counts.drafts_handed_out += len(used)
         self.counts.tokens_handed_out += sum(used)
+        if retrieved:
+            self.counts.retrieved_handed_out += sum(1 for n, r in zip(lengths, retrieved)
+                                                    if n and r)
 
-    def observe(self, ngrams: Sequence[int], drafted: Sequence[int], accepted: Sequence[int]):
+    def observe(self, ngrams: Sequence[int], drafted: Sequence[int], accepted: Sequence[int],
+                retrieved: Sequence[bool] | None = None):
         self.counts.tokens_accepted += sum(accepted)
-        self.calibration.observe(ngrams, drafted, accepted)
+        if retrieved:
+            self.counts.retrieved_tokens_accepted += sum(a for a, r in zip(accepted, retrieved)
+                                                         if r)
+        self.calibration.observe(ngrams, drafted, accepted, retrieved)

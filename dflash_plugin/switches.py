@@ -64,6 +64,10 @@ SWITCHES = (
     Switch("DFLASH_NGRAM_DRAFTS", "on/off", "on",
            "vLLM plugin (V1 runner): where prompt lookup (an n-gram of the request's own tokens) "
            "is expected to draft better than the drafter, verify its tokens instead, per request"),
+    Switch("DFLASH_DATASTORE", "text", None,
+           "vLLM plugin (V1 runner, with DFLASH_NGRAM_DRAFTS): the target's answer files "
+           "(comma-separated .jsonl / .jsonl.gz, or one saved .npz) whose continuation of a "
+           "request's last n-gram is drafted where it is expected to beat the drafter and lookup"),
     Switch("DFLASH_STATS_EVERY", "count", "2000",
            "vLLM plugin: log what the draft policy did every N steps; 0 never"),
     Switch("DFLASH_VLLM_SKIP_VERSION_CHECK", "on/off", "off",

@@ -75,3 +75,46 @@ def test_answer_files_build_it_and_other_files_are_refused_by_line(tmp_path):
     prompts.write_text(json.dumps({"prompt": "hi"}) + "\n")
     with pytest.raises(DFlashError, match="prompts.jsonl line 1: not an answer record"):
         load_answers_datastore([answers, prompts])
+
+
+def test_batched_drafts_are_the_drafts_of_each_history():
+    rng = np.random.default_rng(0)
+    # A small vocabulary, so that histories hit indexed n-grams of every length and some of them
+    # fall under the share a draft needs.
+    answers = [rng.integers(0, 6, size=rng.integers(4, 40)).tolist() for _ in range(60)]
+    ds = AnswerDatastore.build(answers, continuation=6)
+    histories = [rng.integers(0, 6, size=rng.integers(0, 9)).tolist() for _ in range(300)]
+    histories += [a[:cut] for a in answers[:40] for cut in (3, 5, len(a) - 1)]
+    width = ds.max_ngram
+    tails = np.full((len(histories), width), -5)
+    sizes = np.array([min(len(h), width) for h in histories])
+    for row, history in enumerate(histories):
+        if sizes[row]:
+            tails[row, width - sizes[row]:] = history[-sizes[row]:]
+    batched = ds.drafts(tails, sizes, length=4)
+    assert [[] if m is None else m.tokens.tolist() for m in batched] == \
+        [ds.draft(h, 4) for h in histories]
+    drafted = [m for m in batched if m is not None]
+    assert len(drafted) > 50 and {m.ngram for m in drafted} == {3, 4, 5}
+    assert all(m.share >= 0.5 for m in drafted)
+    assert any(ds.continuation(h, min_ngram=3) and not ds.draft(h) for h in histories), \
+        "some longest matches should be too rare a continuation to draft"
+
+
+def test_a_datastore_built_from_answer_files_is_cached_while_they_stay_the_same(tmp_path):
+    answers = tmp_path / "answers.jsonl"
+    answers.write_text("".join(json.dumps({"response_ids": a}) + "\n" for a in ANSWERS))
+    cache = tmp_path / "cache"
+    built = load_answers_datastore([answers], cache)
+    saved = list(cache.glob("answers-*.npz"))
+    assert len(saved) == 1 and not list(cache.glob("*.partial.npz"))
+    saved[0].write_bytes(b"damaged")  # a damaged cache is built again, not trusted
+    again = load_answers_datastore([answers], cache)
+    assert again.continuation([0, 1, 2, 3]).tokens.tolist() == [4, 5]
+    assert AnswerDatastore.load(saved[0]).continuation([7, 2, 3, 4]).tokens.tolist() == \
+        built.continuation([7, 2, 3, 4]).tokens.tolist()
+    # changed answers: another cache file, with the new continuations
+    answers.write_text(json.dumps({"response_ids": [1, 2, 3, 77, 78]}) + "\n")
+    changed = load_answers_datastore([answers], cache)
+    assert changed.continuation([1, 2, 3]).tokens.tolist() == [77, 78]
+    assert len(list(cache.glob("answers-*.npz"))) == 2

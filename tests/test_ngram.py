@@ -182,5 +182,41 @@ def test_counts_summary():
     _, drafts = lookup(policy_with_curve(0.5, VLLM_CPU_COSTS))
     drafts.handed_out([3, 0, 2])
     drafts.observe([4, 2], [3, 2], [3, 1])
-    assert drafts.counts.summary() == ("n-gram: 2 drafts (5 tokens, 4 accepted), 0 steps "
+    assert drafts.counts.summary() == ("n-gram: 2 drafts (5 tokens, 4 accepted; 0 drafts "
+                                       "retrieved, 0 of their tokens accepted), 0 steps "
                                        "without a draft pass")
+
+
+def test_retrieved_drafts_fill_in_for_lookup_and_win_where_calibrated_better():
+    from dflash_plugin.datastore import AnswerDatastore
+
+    block = 6
+    # The target once answered "... 21 22 23 24 25 26 27 28": a history ending in 21 22 23
+    # retrieves 24 25 ...; one ending in 1 2 3 has no answer to retrieve from.
+    datastore = AnswerDatastore.build([[20, 21, 22, 23, 24, 25, 26, 27, 28]], continuation=block)
+    drafts = NgramDrafts(block, datastore=datastore)
+    lookup = NgramMatch(np.array([90, 91, 92, 93, 94, 95]), 4)
+    tails = np.array([[0, 0, 21, 22, 23], [0, 0, 21, 22, 23], [0, 0, 1, 2, 3]])
+    sizes = np.array([3, 3, 3])
+    matches = drafts.with_retrieved([None, lookup, lookup], tails, sizes, VLLM_CPU_COSTS, block)
+    # row 0: no lookup, so the retrieved draft; row 1: both at the same prior, lookup stays;
+    # row 2: nothing retrieved
+    assert matches[0].retrieved and matches[0].tokens.tolist() == [24, 25, 26, 27, 28]
+    assert matches[0].ngram == 3
+    assert matches[1] is lookup and matches[2] is lookup
+    # Verification shows lookup drafts of 4-grams failing and retrieved 3-gram drafts right:
+    # each is learnt in its own rows, and the retrieved draft now wins row 1.
+    for _ in range(40):
+        drafts.observe([4, 3], [block, block], [0, block], [False, True])
+    assert drafts.calibration.gains([lookup], block)[0, 0] < 0.1
+    retrieved = drafts.calibration.gains([matches[0]], block)[0]
+    assert retrieved[0] > 0.9 and retrieved[4] > 0.75 and retrieved[5] == 0  # 5 tokens drafted
+    assert drafts.calibration.gains([NgramMatch(np.arange(6), 3)], block)[0, 0] == 0.5  # prior
+    matches = drafts.with_retrieved([None, lookup, lookup], tails, sizes, VLLM_CPU_COSTS, block)
+    assert matches[1].retrieved and matches[2] is lookup
+    assert drafts.counts.retrieved_tokens_accepted == 40 * block
+    drafts.handed_out([5, 3], [True, False])
+    assert drafts.counts.retrieved_handed_out == 1 and drafts.counts.drafts_handed_out == 2
+    # without a datastore the matches are left as they are
+    assert NgramDrafts(block).with_retrieved([None], tails[:1], sizes[:1], VLLM_CPU_COSTS,
+                                             block) == [None]

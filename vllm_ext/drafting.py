@@ -36,7 +36,7 @@ from dflash_plugin.ngram import NGRAM_MAX, NGRAM_MIN, NgramDrafts, NgramMatch
 from dflash_plugin.step_clock import COST_TERMS, MeasuredCosts, StepClock
 from dflash_plugin.switches import SwitchError, read
 from vllm_ext.context_store import DeferredContext
-from vllm_ext.ngram_drafts import request_ids, step_matches
+from vllm_ext.ngram_drafts import request_ids, step_matches, step_tails
 
 logger = logging.getLogger(f"vllm.{__name__}")  # under vLLM's log handler
 
@@ -147,9 +147,11 @@ def stats_every_from_env() -> int:
 
 @dataclass(frozen=True)
 class LookupDraft:
-    """A pending draft that came from prompt lookup, and the n-gram length it matched."""
+    """A pending draft that came from prompt lookup (or was `retrieved` from the datastore),
+    and the n-gram length it matched."""
 
     ngram: int
+    retrieved: bool = False
 
 
 @dataclass
@@ -311,7 +313,7 @@ class Drafting:
             return
         ids = target_token_ids.tolist()
         confidences, accepted = [], []
-        lookups: tuple[list[int], list[int], list[int]] = ([], [], [])
+        lookups: tuple[list[int], list[int], list[int], list[bool]] = ([], [], [], [])
         taken = 0  # accepted drafts of all requests (the pass's outcome)
         for i, num_rej in enumerate(rejected):
             key = tuple(ids[starts[i]:starts[i + 1]])
@@ -320,7 +322,8 @@ class Drafting:
             taken += len(key) - 1 - num_rej
             if isinstance(pending[key], LookupDraft):
                 for column, value in zip(lookups, (pending[key].ngram, len(key) - 1,
-                                                   len(key) - 1 - num_rej)):
+                                                   len(key) - 1 - num_rej,
+                                                   pending[key].retrieved)):
                     column.append(value)
             elif pending[key] is not None:
                 confidences.append(pending[key])
@@ -418,7 +421,10 @@ class Drafting:
                    if hybrid else [])
         hints = []  # the lookup the reference path and training use (the core's lengths)
         if self.lookup_hints:
-            hints = matches if same else step_matches(record, batch, k)
+            hints = list(matches) if same else step_matches(record, batch, k)
+        if hybrid and self.ngram.datastore is not None:
+            tails, sizes = step_tails(record, batch, self.ngram.datastore.max_ngram)
+            matches = self.ngram.with_retrieved(matches, tails, sizes, self.policy.costs, k)
         for row in no_drafts:
             for found in (matches, hints):
                 if row < len(found):
@@ -443,7 +449,8 @@ class Drafting:
             return [[] for _ in range(batch)]
         bonus = next_token_ids.tolist()
         selected = [self._hand_out_lookup(bonus[i], matches[i], n) for i, n in enumerate(lengths)]
-        self.ngram.handed_out([len(row) for row in selected])
+        self.ngram.handed_out([len(row) for row in selected],
+                              [m is not None and m.retrieved for m in matches])
         self.counts.drafts_handed_out += sum(len(row) for row in selected)
         return selected
 
@@ -451,7 +458,7 @@ class Drafting:
         if match is None or not length:
             return []
         row = match.tokens[:length].tolist()
-        self._pending[(bonus, *row)] = LookupDraft(match.ngram)
+        self._pending[(bonus, *row)] = LookupDraft(match.ngram, match.retrieved)
         return row
 
     def select(self, drafts: torch.Tensor, next_token_ids: torch.Tensor,
@@ -494,7 +501,9 @@ class Drafting:
                 self._pending[(bonus[i], *row[:length])] = (
                     confidence[i, :length] if confidence is not None else None)
         if any(from_lookup):
-            self.ngram.handed_out([n for n, lookup in zip(lengths, from_lookup) if lookup])
+            self.ngram.handed_out(
+                [n for n, lookup in zip(lengths, from_lookup) if lookup],
+                [matches[i].retrieved for i, lookup in enumerate(from_lookup) if lookup])
         self.counts.draft_passes += 1
         self.counts.empty_passes += not any(lengths)
         self.counts.drafts_handed_out += sum(lengths)

@@ -80,6 +80,13 @@ def prepacked_matmul(rows: torch.Tensor) -> Callable[[torch.Tensor], torch.Tenso
     return lambda x: ops.onednn_mm(handler, x, None)
 
 
+def _ngram_line(ngram) -> str:
+    """The start-up log's word on lookup drafts (and retrieved ones)."""
+    if ngram is None:
+        return "off"
+    return "on, with retrieved drafts" if ngram.datastore is not None else "on"
+
+
 @dataclass(frozen=True)
 class DraftHead:
     """The draft vocabulary's rows of the LM head in use, taken once per head."""
@@ -145,7 +152,8 @@ class DFlashVllmDrafter(DFlashQwen3ForCausalLM):
         hints = bool((getattr(self.config, "dflash_config", None) or {}).get("lookup_hints"))
         self.dflash_drafting = (Drafting(policy, stats_every_from_env(), deferred,
                                          ngram=start_ngram_drafts(
-                                             policy, deferred is not None or hints),
+                                             policy, deferred is not None or hints,
+                                             vllm_config.model_config.get_vocab_size()),
                                          clock=step_clock_for(policy, spec.num_speculative_tokens))
                                 if load_aware.v1_hooks else None)
         if self.dflash_drafting is not None:
@@ -160,7 +168,7 @@ class DFlashVllmDrafter(DFlashQwen3ForCausalLM):
                     f"decoding steps)" if clock is not None else "")
         v1_details = (f"costs {policy.costs}{measured}, context writes "
                       f"{'deferred while not drafting' if deferred else 'every step'}, "
-                      f"n-gram drafts {'on' if self.dflash_drafting.ngram else 'off'}, "
+                      f"n-gram drafts {_ngram_line(self.dflash_drafting.ngram)}, "
                       f"lookup hints {'on' if hints else 'off'}, "
                       if self.dflash_drafting is not None else "")
         logger.info("dflash plugin: %s; drafter %s, %sdraft head %s", load_aware.line(),

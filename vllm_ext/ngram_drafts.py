@@ -23,12 +23,15 @@ P6  Target:  vllm.v1.spec_decode.llm_base_proposer.SpecDecodeBaseProposer
 from __future__ import annotations
 
 import logging
+import time
+from pathlib import Path
 
 import numpy as np
 
+from dflash_plugin.datastore import AnswerDatastore, load_answers_datastore
 from dflash_plugin.draft_policy import DraftPolicy
 from dflash_plugin.ngram import NGRAM_MAX, NGRAM_MIN, NgramDrafts, NgramMatch, find_ngram_draft
-from dflash_plugin.switches import read
+from dflash_plugin.switches import SwitchError, read
 
 logger = logging.getLogger(f"vllm.{__name__}")  # under vLLM's log handler
 
@@ -40,17 +43,51 @@ def ngram_drafts_from_env() -> bool:
     return read("DFLASH_NGRAM_DRAFTS")
 
 
+def datastore_files_from_env() -> list[Path]:
+    """DFLASH_DATASTORE's files (none when unset); a missing one is an error naming it."""
+    value = read("DFLASH_DATASTORE") or ""
+    files = [Path(part.strip()).expanduser() for part in value.split(",") if part.strip()]
+    missing = [str(f) for f in files if not f.is_file()]
+    if missing:
+        raise SwitchError(f"DFLASH_DATASTORE: no such file: {', '.join(missing)}")
+    return files
+
+
+def load_datastore(files: list[Path], vocab_size: int | None) -> AnswerDatastore | None:
+    """The datastore of these answer files (None for none), checked against the target's
+    vocabulary: answers of another tokenizer would only draft tokens that are always wrong."""
+    if not files:
+        return None
+    began = time.perf_counter()
+    datastore = load_answers_datastore(files, read("DFLASH_HOME") / "datastores")
+    top = int(datastore.corpus.max(initial=-1))
+    if vocab_size and top >= vocab_size:
+        raise SwitchError(f"DFLASH_DATASTORE: {', '.join(map(str, files))} holds token id {top}, "
+                          f"outside this target's vocabulary of {vocab_size}: answers of "
+                          "another model")
+    logger.info("dflash plugin: retrieval datastore of %d answer tokens from %s (%.1f s)",
+                int((datastore.corpus >= 0).sum()), ", ".join(map(str, files)),
+                time.perf_counter() - began)
+    return datastore
+
+
 # The compiled step lookup (vllm_ext.ngram_kernel), once start() has loaded numba in this
 # process; until then step_matches uses the core's numpy search.
 _kernel = None
 
 
-def start(policy: DraftPolicy, record_requests: bool = False) -> NgramDrafts | None:
+def start(policy: DraftPolicy, record_requests: bool = False,
+          vocab_size: int | None = None) -> NgramDrafts | None:
     """The lookup side of this drafter's policy, with P6 in place; None when switched off or
     when P6's guards refuse it (logged). P6 also goes in with lookup off when
-    `record_requests` (the propose hook then still reads the batch's request ids)."""
+    `record_requests` (the propose hook then still reads the batch's request ids). With
+    DFLASH_DATASTORE it also drafts from the datastore of those answers."""
     global _kernel
     lookup = ngram_drafts_from_env()
+    files = datastore_files_from_env()
+    if files and not lookup:
+        logger.warning("dflash plugin: DFLASH_DATASTORE is set but DFLASH_NGRAM_DRAFTS is off: "
+                       "retrieved drafts need it; no datastore is loaded")
     if not (lookup or record_requests) or not install_history_hook():
         return None
     if not lookup:
@@ -59,7 +96,7 @@ def start(policy: DraftPolicy, record_requests: bool = False) -> NgramDrafts | N
 
     ngram_kernel.warm_up()
     _kernel = ngram_kernel
-    return NgramDrafts(policy.block)
+    return NgramDrafts(policy.block, datastore=load_datastore(files, vocab_size))
 
 
 def install_history_hook() -> bool:
@@ -136,6 +173,31 @@ def histories(step_tokens, batch: int) -> list[np.ndarray | None]:
             continue
         out.append(np.concatenate([token_ids[i, :int(lengths[i])], row[:valid]]))
     return out
+
+
+def step_tails(step_tokens, batch: int, width: int) -> tuple[np.ndarray, np.ndarray]:
+    """(tails [batch, width], sizes [batch]): the last `width` tokens of each history that
+    `histories` would give, right-aligned, and how many of them there are (0: no history)."""
+    tails = np.zeros((batch, max(width, 0)), dtype=np.int64)
+    sizes = np.zeros(batch, dtype=np.int64)
+    arrays = _step_arrays(step_tokens, batch)
+    if arrays is None or width < 1:
+        return tails, sizes
+    token_ids, lengths, sampled, discard, vocab = arrays
+    for i in range(batch):
+        if discard[i]:
+            continue
+        row = sampled[i]
+        bad = (row < 0) | (row >= vocab) if vocab else row < 0
+        valid = int(np.argmax(bad)) if bad.any() else row.shape[0]
+        if valid == 0:
+            continue
+        new = row[max(0, valid - width):valid]
+        old_len = min(width - new.shape[0], int(lengths[i]))
+        tail = np.concatenate([token_ids[i, int(lengths[i]) - old_len:int(lengths[i])], new])
+        tails[i, width - tail.shape[0]:] = tail
+        sizes[i] = tail.shape[0]
+    return tails, sizes
 
 
 def step_matches(step_tokens, batch: int, k: int, min_n: int = NGRAM_MIN,

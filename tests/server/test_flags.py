@@ -479,3 +479,24 @@ def test_speculative_servers_report_acceptance_per_request(random_drafter):
     chosen = flags.vllm_launch(flags.resolve(options(
         "--speculative-draft-model-path", str(random_drafter), f"{flag}=detailed"))).argv
     assert [a for a in chosen if a.startswith(flag)] == [f"{flag}=detailed"]
+
+
+def test_the_embedded_target_drafts_from_its_training_answers_too(monkeypatch, capsys):
+    from dflash_plugin.defaults import DEFAULT_DATASTORE_FILES, default_datastore_files
+
+    files = default_datastore_files()
+    assert [f.relative_to(f.parents[2]).as_posix() for f in files] == list(DEFAULT_DATASTORE_FILES)
+    embedded = flags.ServeOptions(embedded_default=True, model_path="/m",
+                                  speculative_draft_model_path="/d")
+    monkeypatch.delenv("DFLASH_DATASTORE", raising=False)
+    env = flags._default_env(embedded, cpu=False)
+    assert env["DFLASH_DATASTORE"].split(",") == [str(f) for f in files]
+    assert "training answers" in capsys.readouterr().err
+    # the caller's value (empty: off) wins, and only the embedded target's DFLASH gets it
+    monkeypatch.setenv("DFLASH_DATASTORE", "")
+    launch_env = flags.Launch([], env, {}, "h", 1, "m").environ()
+    assert launch_env["DFLASH_DATASTORE"] == ""
+    for other in (dict(embedded_default=False), dict(speculative_algorithm="NGRAM"),
+                  dict(engine="sglang")):
+        assert flags.default_datastore(flags.replace(embedded, **other)) is None
+    assert default_datastore_files(Path("/nonexistent")) == []

@@ -208,3 +208,77 @@ def test_lookup_only_steps_are_booked_by_their_time_against_draft_free_steps():
     assert (gate.timed, gate.priced) == (1, 0)
     assert gate.gate.bands[2].net == pytest.approx(3 / 2 - 30 / 50)
     assert "lookup-only steps by batch: 2-3 requests open (+0.90 per step)" in gate.summary()
+
+
+def test_step_tails_are_the_ends_of_the_histories():
+    from vllm_ext.ngram_drafts import step_tails
+
+    batch = input_batch([PROMPT + [7], [5, 6], [4, 4, 4], [30]])
+    sampled = torch.tensor([[8, 9, -1], [6, -1, -1], [-1, -1, -1], [31, 32, 33]],
+                           dtype=torch.int32)
+    discard = torch.tensor([False, True, False, False])
+    step = (batch, sampled, discard)
+    tails, sizes = step_tails(step, 4, 5)
+    rows = histories(step, 4)
+    for i, history in enumerate(rows):
+        if history is None:
+            assert sizes[i] == 0
+            continue
+        assert sizes[i] == min(5, len(history))
+        assert tails[i, 5 - sizes[i]:].tolist() == history[-sizes[i]:].tolist()
+    assert sizes.tolist() == [5, 0, 0, 4]
+    assert step_tails(None, 2, 5)[1].tolist() == [0, 0]
+
+
+def test_retrieved_drafts_are_handed_out_and_learnt_apart_from_lookup():
+    from dflash_plugin.datastore import AnswerDatastore
+
+    drafting = drafting_with_lookup(0.5, lookup_rate=1.0)
+    # The target once went on "40 41 42" -> "43 44 45 46 47 48"; the second request's history
+    # ends in 40 41 42 and has no n-gram of its own to copy.
+    drafting.ngram.datastore = AnswerDatastore.build([[39, 40, 41, 42, 43, 44, 45, 46, 47, 48]],
+                                                     continuation=BLOCK)
+    for _ in range(100):  # retrieved 3-gram drafts have been right so far
+        drafting.ngram.calibration.observe([3], [BLOCK], [BLOCK], [True])
+    record(drafting, [PROMPT + [7], [40, 41]], [[8, -1], [42, -1]])
+    matches = drafting.lookup(2, BLOCK)
+    assert not matches[0].retrieved and matches[0].tokens.tolist() == [9, 10, 11, 12, 13, 3]
+    assert matches[1].retrieved and matches[1].tokens.tolist() == [43, 44, 45, 46, 47, 48]
+    drafter_rows = torch.tensor([[50, 51, 52, 53, 54, 55], [60, 61, 62, 63, 64, 65]])
+    drafting.confidence = torch.tensor([[0.1] * BLOCK, [0.1] * BLOCK]).reshape(-1)
+    selected = drafting.select(drafter_rows, torch.tensor([8, 42]), (), matches)
+    assert selected[1] == [43, 44, 45, 46, 47, 48]
+    assert drafting._pending[(42, *selected[1])] == LookupDraft(3, retrieved=True)
+    assert drafting.ngram.counts.retrieved_handed_out == 1
+    # the target accepts two of the retrieved tokens: the retrieved 3-gram row learns it
+    n0, n1 = len(selected[0]), len(selected[1])
+    ids = torch.tensor([8, *selected[0], 42, *selected[1]])
+    drafting.learn(ids, torch.tensor([0, 1 + n0, 2 + n0 + n1]), torch.tensor([0, n1 - 2]))
+    calibration = drafting.ngram.calibration
+    row = calibration._row(3, retrieved=True)
+    missed = calibration.tried[row] - calibration.accepted[row]
+    assert missed[2] > missed[1] + 0.9  # the third token was the one rejected
+    assert calibration.tried[row, 2] > calibration.tried[row, 3] + 0.9  # seen: tokens 1-3
+    assert calibration.tried[calibration._row(3)].max() < 4  # lookup's 3-gram row: untouched
+    assert drafting.ngram.counts.retrieved_tokens_accepted == 2
+
+
+def test_datastore_from_the_environment(monkeypatch, tmp_path):
+    import json
+
+    from dflash_plugin.switches import SwitchError
+    from vllm_ext.ngram_drafts import datastore_files_from_env, load_datastore
+
+    monkeypatch.delenv("DFLASH_DATASTORE", raising=False)
+    assert datastore_files_from_env() == [] and load_datastore([], 100) is None
+    answers = tmp_path / "answers.jsonl"
+    answers.write_text(json.dumps({"response_ids": [1, 2, 3, 4, 5, 99]}) + "\n")
+    monkeypatch.setenv("DFLASH_DATASTORE", f"{answers}, {tmp_path / 'missing.jsonl'}")
+    with pytest.raises(SwitchError, match="DFLASH_DATASTORE: no such file: .*missing.jsonl"):
+        datastore_files_from_env()
+    monkeypatch.setenv("DFLASH_DATASTORE", str(answers))
+    files = datastore_files_from_env()
+    assert files == [answers]
+    assert load_datastore(files, 100).draft([1, 2, 3]) == [4, 5, 99]
+    with pytest.raises(SwitchError, match="token id 99, outside this target's vocabulary of 50"):
+        load_datastore(files, 50)

@@ -132,6 +132,54 @@ def test_steps_without_drafter_inputs_keep_greedy_output_identical(runs):
     assert after["drafter_drafts_verified"] == before["drafter_drafts_verified"]
 
 
+# Retrieved drafts (DFLASH_DATASTORE): a datastore of the target's own greedy answers to the
+# same prompts drafts their continuations; half of those answers are altered every fifth token,
+# so that some retrieved drafts go wrong and verification must reject them.
+def retrieval_state():
+    def state(worker):
+        counts = worker.model_runner.drafter.model.dflash_drafting.ngram.counts
+        return dict(retrieved=counts.retrieved_handed_out,
+                    retrieved_accepted=counts.retrieved_tokens_accepted,
+                    drafts=counts.drafts_handed_out)
+
+    return state
+
+
+@pytest.fixture(scope="module")
+def retrieval(runs, target_path, tmp_path_factory):
+    import json
+
+    plain = runs["plain"][-1]  # COPY_PROMPTS + OTHER_PROMPTS in one batch
+    answers = tmp_path_factory.mktemp("datastore") / "answers.jsonl"
+    with answers.open("w") as f:
+        for i, tokens in enumerate(plain):
+            altered = [t if i % 2 == 0 or j % 5 != 4 else (t + 1) % 1000
+                       for j, t in enumerate(tokens)]
+            f.write(json.dumps({"response_ids": altered}) + "\n")
+    # Verification nearly free in the cost model, so that drafts are verified in a batch of 4
+    with environment(DFLASH_NGRAM_DRAFTS="on", DFLASH_STATS_EVERY="0",
+                     DFLASH_DATASTORE=str(answers), VLLM_ALLOW_INSECURE_SERIALIZATION="1",
+                     DFLASH_COST_MODEL=("verify_per_token=0.001,min_speedup=1.0,"
+                                        "min_speedup_batched=1.0")), \
+            engine(target_path, shipped_drafter(), num_speculative_tokens=K,
+                   speculative=dict(disable_eagle_block_drop=True), **ENGINE_ARGS) as llm:
+        out = answers_of(llm)
+        state = llm.collective_rpc(retrieval_state())[0]
+    return dict(out=out, state=state, plain=plain)
+
+
+def answers_of(llm):
+    return answers(llm, [COPY_PROMPTS + OTHER_PROMPTS])[0]
+
+
+def test_retrieved_drafts_keep_greedy_output_identical(retrieval):
+    print(f"retrieval state: {retrieval['state']}")
+    assert retrieval["out"] == retrieval["plain"]
+    state = retrieval["state"]
+    assert state["retrieved"] > 0, "the datastore of these very answers drafted nothing"
+    assert state["retrieved_accepted"] > 0
+
+
 # Sampling (T = 1): lookup drafts verified by vLLM's rejection sampler must leave the target's
 # distribution as it is. The same two-sample chi-square test as tests/vllm/
 # test_sampling_distribution.py, with lookup drafts forced on every step that has a match.
