@@ -137,13 +137,18 @@ def main():
         # Keys padded to ctx + 16 (masked) so every step's attention has aligned shapes, as a
         # paged kernel has; unaligned boolean masks send SDPA to a slower kernel for odd L.
         mask = torch.ones(length, span, dtype=torch.bool, device="cuda").tril(ctx)
-        ks = [c[:b, :, :span] for c in k_caches]
-        vs = [c[:b, :, :span] for c in v_caches]
+        return target_forward(ids, mask, span, ctx + length)
+
+    def target_forward(ids, mask, keys, ctx_end):
+        """The target over `ids` [b, L] against the first `keys` cache slots, its new keys
+        written up to `ctx_end`: a plain step, a verify block or a tree."""
+        ks = [c[:ids.shape[0], :, :keys] for c in k_caches]
+        vs = [c[:ids.shape[0], :, :keys] for c in v_caches]
 
         def run():
             x = embed[ids]
             for layer, k, v in zip(layers, ks, vs):
-                x = layer(x, k, v, mask, ctx + length)
+                x = layer(x, k, v, mask, ctx_end)
             return F.rms_norm(x, (HIDDEN,), final_norm) @ lm_head.t()
         return run
 
@@ -159,15 +164,7 @@ def main():
         else:
             own = torch.ones(nodes, nodes, dtype=torch.bool, device="cuda").tril()
         mask = torch.cat([torch.ones(nodes, ctx, dtype=torch.bool, device="cuda"), own], 1)
-        ks = [c[:b, :, :ctx + nodes] for c in k_caches]
-        vs = [c[:b, :, :ctx + nodes] for c in v_caches]
-
-        def run():
-            x = embed[ids]
-            for layer, k, v in zip(layers, ks, vs):
-                x = layer(x, k, v, mask, ctx + nodes)
-            return F.rms_norm(x, (HIDDEN,), final_norm) @ lm_head.t()
-        return run
+        return target_forward(ids, mask, ctx + nodes, ctx + nodes)
 
     def draft_pass(b, num_layers, new_tokens):
         # The L new target tokens' features are fused by `fc` and become context K/V in every

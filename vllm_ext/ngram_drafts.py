@@ -153,6 +153,13 @@ def _step_arrays(step_tokens, batch: int):
             int(getattr(input_batch, "vocab_size", None) or 0))
 
 
+def _sampled_count(row: np.ndarray, vocab: int) -> int:
+    """How many of a row's sampled tokens are real: accepted drafts, then the bonus token
+    (-1, or an id past the vocabulary, marks the end)."""
+    bad = (row < 0) | (row >= vocab) if vocab else row < 0
+    return int(np.argmax(bad)) if bad.any() else row.shape[0]
+
+
 def histories(step_tokens, batch: int) -> list[np.ndarray | None]:
     """Each request's tokens up to and including the one just sampled (None for a request whose
     token was not sampled this step, e.g. a prefill chunk, or when the record does not fit)."""
@@ -166,8 +173,7 @@ def histories(step_tokens, batch: int) -> list[np.ndarray | None]:
             out.append(None)
             continue
         row = sampled[i]
-        bad = (row < 0) | (row >= vocab) if vocab else row < 0
-        valid = int(np.argmax(bad)) if bad.any() else row.shape[0]  # accepted drafts, then bonus
+        valid = _sampled_count(row, vocab)
         if valid == 0:
             out.append(None)
             continue
@@ -188,8 +194,7 @@ def step_tails(step_tokens, batch: int, width: int) -> tuple[np.ndarray, np.ndar
         if discard[i]:
             continue
         row = sampled[i]
-        bad = (row < 0) | (row >= vocab) if vocab else row < 0
-        valid = int(np.argmax(bad)) if bad.any() else row.shape[0]
+        valid = _sampled_count(row, vocab)
         if valid == 0:
             continue
         new = row[max(0, valid - width):valid]
