@@ -27,6 +27,12 @@ def native_bf16() -> bool | None:
     return any(probe() for probe in probes)
 
 
+def has_amx() -> bool:
+    """Whether this CPU has AMX tiles (False where PyTorch cannot tell)."""
+    probe = getattr(torch.cpu, "_is_amx_tile_supported", None)
+    return platform.machine().lower() in ("x86_64", "amd64") and callable(probe) and bool(probe())
+
+
 def default_cpu_dtype() -> str | None:
     """The dtype to run a model in on this CPU when the user chose none: "float32" where the CPU
     is known to lack native bf16 (float16 is no faster there); None (keep the model's or the

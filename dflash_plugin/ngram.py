@@ -46,16 +46,22 @@ NGRAM_MAX = 4
 # The n-gram lengths of retrieved drafts (the datastore's, from DRAFT_MIN_NGRAM on)
 RETRIEVED_MIN = DRAFT_MIN_NGRAM
 RETRIEVED_MAX = max(NGRAM_SIZES)
+# Retrieved drafts are also calibrated by the share of the n-gram's occurrences that went on with
+# the draft's first token, in these bands: offline, the first token was right 30% of the time at
+# a share of 0.5 and 57% at 0.9 or more (docs/benchmarks.md, "drafts retrieved").
+SHARE_EDGES = (0.7, 0.9)
 
 
 @dataclass(frozen=True)
 class NgramMatch:
     """A proposed continuation (`tokens`, 1-D) and the length of the n-gram it follows; from
-    the request's own history, or `retrieved` from a datastore of the target's answers."""
+    the request's own history, or `retrieved` from a datastore of the target's answers, where
+    `share` of that n-gram's occurrences went on with the first token."""
 
     tokens: np.ndarray
     ngram: int
     retrieved: bool = False
+    share: float = 1.0
 
 
 def find_ngram_draft(history: np.ndarray, k: int, min_n: int = NGRAM_MIN,
@@ -106,20 +112,23 @@ def lookup_continuation(history, length: int) -> list[int]:
 class NgramCalibration:
     """Per matched length n and draft position k: the running chance that the target accepts
     the k-th n-gram token given tokens 1..k-1 were accepted, from a prior, slowly forgetting.
-    Retrieved drafts have rows of their own (after the lookup's), one per n-gram length."""
+    Retrieved drafts have rows of their own (after the lookup's), one per n-gram length and
+    share band (SHARE_EDGES)."""
 
     def __init__(self, block: int, min_n: int = NGRAM_MIN, max_n: int = NGRAM_MAX,
                  prior: float = 0.5, prior_weight: float = 4.0, decay: float = 0.999):
         self.min_n, self.max_n, self.block, self.decay = min_n, max_n, block, decay
-        shape = (max_n - min_n + 1 + RETRIEVED_MAX - RETRIEVED_MIN + 1, block)
+        bands = len(SHARE_EDGES) + 1
+        shape = (max_n - min_n + 1 + (RETRIEVED_MAX - RETRIEVED_MIN + 1) * bands, block)
         self.tried = torch.full(shape, prior_weight, dtype=torch.float64)
         self.accepted = torch.full(shape, prior * prior_weight, dtype=torch.float64)
         self.num_drafts_seen = 0
 
-    def _row(self, ngram: int, retrieved: bool = False) -> int:
+    def _row(self, ngram: int, retrieved: bool = False, share: float = 1.0) -> int:
         if retrieved:
-            return (self.max_n - self.min_n + 1
-                    + min(max(ngram, RETRIEVED_MIN), RETRIEVED_MAX) - RETRIEVED_MIN)
+            n = min(max(ngram, RETRIEVED_MIN), RETRIEVED_MAX) - RETRIEVED_MIN
+            band = int(np.searchsorted(SHARE_EDGES, share, side="right"))
+            return self.max_n - self.min_n + 1 + n * (len(SHARE_EDGES) + 1) + band
         return min(max(ngram, self.min_n), self.max_n) - self.min_n
 
     def gains(self, matches: Sequence[NgramMatch | None], limit: int) -> torch.Tensor:
@@ -133,7 +142,8 @@ class NgramCalibration:
             if match is None:
                 continue
             length = min(limit, match.tokens.shape[0], self.block)
-            gains[i, :length] = cumulative[self._row(match.ngram, match.retrieved), :length]
+            row = self._row(match.ngram, match.retrieved, match.share)
+            gains[i, :length] = cumulative[row, :length]
         return torch.from_numpy(gains)
 
     def best_gains(self, limit: int) -> torch.Tensor:
@@ -149,18 +159,20 @@ class NgramCalibration:
         return torch.cumprod(self.accepted / self.tried, dim=1)
 
     def observe(self, ngrams: Sequence[int], drafted: Sequence[int], accepted: Sequence[int],
-                retrieved: Sequence[bool] | None = None):
+                retrieved: Sequence[bool] | None = None, shares: Sequence[float] | None = None):
         """Verified n-gram drafts: the matched length, the tokens verified and how many of them
         the target accepted (tokens 1..a accepted, token a+1 rejected, later ones unknown), and
-        which of them were retrieved (None: none)."""
+        which of them were retrieved (None: none) with their shares (None: all 1)."""
         if not ngrams:
             return
         self.tried *= self.decay
         self.accepted *= self.decay
         retrieved = retrieved or [False] * len(ngrams)
-        for ngram, length, ok, from_store in zip(ngrams, drafted, accepted, retrieved):
+        shares = shares or [1.0] * len(ngrams)
+        for ngram, length, ok, from_store, share in zip(ngrams, drafted, accepted, retrieved,
+                                                        shares):
             seen = min(ok + 1, length, self.block)
-            row = self._row(ngram, from_store)
+            row = self._row(ngram, from_store, share)
             self.tried[row, :seen] += 1.0
             self.accepted[row, :min(ok, seen)] += 1.0
         self.num_drafts_seen += len(ngrams)
@@ -249,7 +261,7 @@ class NgramDrafts:
         if self.datastore is None or limit < 1:
             return list(matches)
         found = self.datastore.drafts(tails, sizes, limit)
-        retrieved = [None if m is None else NgramMatch(m.tokens, m.ngram, retrieved=True)
+        retrieved = [None if m is None else NgramMatch(m.tokens, m.ngram, True, m.share)
                      for m in found]
         both = [i for i, (a, b) in enumerate(zip(matches, retrieved)) if a is not None
                 and b is not None]
@@ -348,9 +360,9 @@ class NgramDrafts:
                                                     if n and r)
 
     def observe(self, ngrams: Sequence[int], drafted: Sequence[int], accepted: Sequence[int],
-                retrieved: Sequence[bool] | None = None):
+                retrieved: Sequence[bool] | None = None, shares: Sequence[float] | None = None):
         self.counts.tokens_accepted += sum(accepted)
         if retrieved:
             self.counts.retrieved_tokens_accepted += sum(a for a, r in zip(accepted, retrieved)
                                                          if r)
-        self.calibration.observe(ngrams, drafted, accepted, retrieved)
+        self.calibration.observe(ngrams, drafted, accepted, retrieved, shares)

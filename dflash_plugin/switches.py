@@ -75,10 +75,11 @@ SWITCHES = (
     Switch("DFLASH_CPU_PRELOAD", "on/off", "on",
            "`dflash serve` / `dflash bench`: start vLLM-CPU servers with tcmalloc and Intel "
            "OpenMP in LD_PRELOAD"),
-    Switch("DFLASH_CPU_CORES", "choice", "reserve-one",
+    Switch("DFLASH_CPU_CORES", "choice", "auto",
            "`dflash serve` / `dflash bench`: the vLLM-CPU engine leaves one core to the front end "
            "as vLLM does (reserve-one), or computes on every core, the front end sharing them "
-           "(all)", ("reserve-one", "all")),
+           "(all); auto: all for plain serving on CPUs with AMX, else reserve-one",
+           ("auto", "reserve-one", "all")),
     Switch("DFLASH_SGLANG_PLUGIN", "on/off", "on",
            "SGLang: off keeps the package installed but registers nothing (SGLang's own DFlash "
            "drafter stays)"),

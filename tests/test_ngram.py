@@ -220,3 +220,27 @@ def test_retrieved_drafts_fill_in_for_lookup_and_win_where_calibrated_better():
     # without a datastore the matches are left as they are
     assert NgramDrafts(block).with_retrieved([None], tails[:1], sizes[:1], VLLM_CPU_COSTS,
                                              block) == [None]
+
+
+def test_retrieved_drafts_are_calibrated_by_their_share():
+    from dflash_plugin.datastore import AnswerDatastore
+
+    block = 4
+    # "1 2 3" went on with 4 three times and with 9 once (share 0.75); "5 6 7" always with 8.
+    answers = [[1, 2, 3, 4, 0, 0], [1, 2, 3, 4, 0, 1], [1, 2, 3, 4, 1, 1], [1, 2, 3, 9, 9, 9],
+               [5, 6, 7, 8, 8, 8]]
+    drafts = NgramDrafts(block, datastore=AnswerDatastore.build(answers, continuation=block))
+    tails = np.array([[1, 2, 3], [5, 6, 7]])
+    found = drafts.with_retrieved([None, None], tails, np.array([3, 3]), VLLM_CPU_COSTS, block)
+    assert [m.share for m in found] == [0.75, 1.0]
+    assert all(m.retrieved and m.ngram == 3 for m in found)
+    # Verification: the sure 3-gram drafts pass, the split ones fail at once. The same n-gram
+    # length learns two chances, one per share band.
+    for _ in range(40):
+        drafts.observe([3, 3], [block, block], [0, block], [True, True], [0.75, 1.0])
+    gains = drafts.calibration.gains(found, block)
+    assert gains[0, 0] < 0.1 and gains[1, 0] > 0.9
+    assert drafts.calibration._row(3, True, 0.5) == drafts.calibration._row(3, True, 0.69)
+    assert len({drafts.calibration._row(3, True, s) for s in (0.5, 0.75, 0.9, 1.0)}) == 3
+    # lookup rows stay apart from every retrieved band
+    assert drafts.calibration.gains([NgramMatch(np.arange(4), 3)], block)[0, 0] == 0.5

@@ -147,11 +147,12 @@ def stats_every_from_env() -> int:
 
 @dataclass(frozen=True)
 class LookupDraft:
-    """A pending draft that came from prompt lookup (or was `retrieved` from the datastore),
-    and the n-gram length it matched."""
+    """A pending draft that came from prompt lookup (or was `retrieved` from the datastore,
+    with its share), and the n-gram length it matched."""
 
     ngram: int
     retrieved: bool = False
+    share: float = 1.0
 
 
 @dataclass
@@ -313,7 +314,8 @@ class Drafting:
             return
         ids = target_token_ids.tolist()
         confidences, accepted = [], []
-        lookups: tuple[list[int], list[int], list[int], list[bool]] = ([], [], [], [])
+        lookups: tuple[list[int], list[int], list[int], list[bool], list[float]] = (
+            [], [], [], [], [])
         taken = 0  # accepted drafts of all requests (the pass's outcome)
         for i, num_rej in enumerate(rejected):
             key = tuple(ids[starts[i]:starts[i + 1]])
@@ -321,9 +323,10 @@ class Drafting:
                 continue
             taken += len(key) - 1 - num_rej
             if isinstance(pending[key], LookupDraft):
-                for column, value in zip(lookups, (pending[key].ngram, len(key) - 1,
-                                                   len(key) - 1 - num_rej,
-                                                   pending[key].retrieved)):
+                draft = pending[key]
+                for column, value in zip(lookups, (draft.ngram, len(key) - 1,
+                                                   len(key) - 1 - num_rej, draft.retrieved,
+                                                   draft.share)):
                     column.append(value)
             elif pending[key] is not None:
                 confidences.append(pending[key])
@@ -458,7 +461,7 @@ class Drafting:
         if match is None or not length:
             return []
         row = match.tokens[:length].tolist()
-        self._pending[(bonus, *row)] = LookupDraft(match.ngram, match.retrieved)
+        self._pending[(bonus, *row)] = LookupDraft(match.ngram, match.retrieved, match.share)
         return row
 
     def select(self, drafts: torch.Tensor, next_token_ids: torch.Tensor,

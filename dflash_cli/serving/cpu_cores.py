@@ -1,11 +1,13 @@
 """Which cores a vLLM-CPU server computes on (DFLASH_CPU_CORES).
 
 vLLM-CPU binds the model's OpenMP threads to all cores but one, which it leaves to the API
-server and the engine-core loop. `all` binds every core to the model
+server and the engine-core loop (reserve-one). `all` binds every core to the model
 (VLLM_CPU_OMP_THREADS_BIND, VLLM_CPU_NUM_OF_RESERVED_CPU=0) and lets the front end share them.
-On a 2-core EPYC that lost (plain 0.68x at 32 concurrent requests, the plugin 0.55x at 1), so
-vLLM's binding stays the default; on a 2-vCPU Xeon plain serving gained 1.3-1.5x with `all`
-(docs/benchmarks.md, "Engine cores").
+`auto`, the default, picks what measured faster (docs/benchmarks.md, "Engine cores"): `all` for
+plain serving on a CPU with AMX (a 2-core Xeon: 1.3-1.4x at 1 to 32 requests), `reserve-one`
+for speculative serving everywhere (with `all` the plugin's per-step host work competes with the
+spinning OpenMP thread: 0.87-0.91x at 1 to 16 on that Xeon) and for plain serving elsewhere
+(a 2-core EPYC without AMX: `all` 0.68x at 32).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
+from dflash_plugin.cpu_features import has_amx
 from dflash_plugin.switches import read
 
 BIND_VAR = "VLLM_CPU_OMP_THREADS_BIND"
@@ -23,16 +26,23 @@ def usable_cpus() -> list[int]:
     return sorted(os.sched_getaffinity(0))
 
 
-def core_env(env: Mapping[str, str], ranks: int = 1,
-             cpus: list[int] | None = None) -> tuple[dict[str, str], str]:
+def core_env(env: Mapping[str, str], ranks: int = 1, cpus: list[int] | None = None,
+             speculative: bool = True,
+             amx: bool | None = None) -> tuple[dict[str, str], str]:
     """(the variables to give the server, a line saying which cores its engine uses). The
-    caller's own VLLM_CPU_OMP_THREADS_BIND / VLLM_CPU_NUM_OF_RESERVED_CPU win."""
+    caller's own VLLM_CPU_OMP_THREADS_BIND / VLLM_CPU_NUM_OF_RESERVED_CPU win. `speculative`:
+    the server drafts; `amx`: the CPU has AMX (None: ask the CPU)."""
     if BIND_VAR in env or RESERVED_VAR in env:
         return {}, f"engine cores as {BIND_VAR} / {RESERVED_VAR} set them"
     cpus = usable_cpus() if cpus is None else cpus
-    if read("DFLASH_CPU_CORES", env) == "reserve-one":
+    choice = why = read("DFLASH_CPU_CORES", env)
+    if choice == "auto":
+        plain_on_amx = not speculative and (has_amx() if amx is None else amx)
+        choice = "all" if plain_on_amx else "reserve-one"
+        why = f"auto: {'plain serving on a CPU with AMX' if plain_on_amx else 'the faster here'}"
+    if choice == "reserve-one":
         return {}, ("engine on all cores but one, which is left to the front end (vLLM's "
-                    "binding; DFLASH_CPU_CORES=all binds every core)")
+                    f"binding, DFLASH_CPU_CORES={why}; DFLASH_CPU_CORES=all binds every core)")
     if len(cpus) < ranks:
         return {}, (f"DFLASH_CPU_CORES=all: {len(cpus)} cores for {ranks} tensor-parallel ranks; "
                     "vLLM's binding is kept")
@@ -41,4 +51,4 @@ def core_env(env: Mapping[str, str], ranks: int = 1,
     groups = [cpus[r * share:(r + 1) * share] for r in range(ranks)]
     bind = "|".join(",".join(str(c) for c in group) for group in groups)
     return ({BIND_VAR: bind, RESERVED_VAR: "0"},
-            f"engine on all {len(cpus)} cores, the front end sharing them (DFLASH_CPU_CORES=all)")
+            f"engine on all {len(cpus)} cores, the front end sharing them (DFLASH_CPU_CORES={why})")
