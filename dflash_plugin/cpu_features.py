@@ -15,22 +15,25 @@ import platform
 import torch
 
 
+def _probe(name: str) -> bool | None:
+    """PyTorch's answer to one x86 feature probe of torch.cpu; None where it has none (not x86,
+    or a PyTorch without that probe)."""
+    probe = getattr(torch.cpu, name, None)
+    if platform.machine().lower() not in ("x86_64", "amd64") or not callable(probe):
+        return None
+    return bool(probe())
+
+
 def native_bf16() -> bool | None:
     """True/False where PyTorch can tell whether this CPU has bf16 dot-product instructions; None
     where it cannot (not x86, or a PyTorch without the probes): callers then keep their default."""
-    if platform.machine().lower() not in ("x86_64", "amd64"):
-        return None
-    probes = [getattr(torch.cpu, name, None)
-              for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")]
-    if not all(callable(probe) for probe in probes):
-        return None
-    return any(probe() for probe in probes)
+    answers = [_probe(name) for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")]
+    return None if None in answers else any(answers)
 
 
 def has_amx() -> bool:
     """Whether this CPU has AMX tiles (False where PyTorch cannot tell)."""
-    probe = getattr(torch.cpu, "_is_amx_tile_supported", None)
-    return platform.machine().lower() in ("x86_64", "amd64") and callable(probe) and bool(probe())
+    return bool(_probe("_is_amx_tile_supported"))
 
 
 def default_cpu_dtype() -> str | None:

@@ -50,6 +50,7 @@ RETRIEVED_MAX = max(NGRAM_SIZES)
 # the draft's first token, in these bands: offline, the first token was right 30% of the time at
 # a share of 0.5 and 57% at 0.9 or more (docs/benchmarks.md, "drafts retrieved").
 SHARE_EDGES = (0.7, 0.9)
+SHARE_BANDS = len(SHARE_EDGES) + 1
 
 
 @dataclass(frozen=True)
@@ -118,8 +119,7 @@ class NgramCalibration:
     def __init__(self, block: int, min_n: int = NGRAM_MIN, max_n: int = NGRAM_MAX,
                  prior: float = 0.5, prior_weight: float = 4.0, decay: float = 0.999):
         self.min_n, self.max_n, self.block, self.decay = min_n, max_n, block, decay
-        bands = len(SHARE_EDGES) + 1
-        shape = (max_n - min_n + 1 + (RETRIEVED_MAX - RETRIEVED_MIN + 1) * bands, block)
+        shape = (max_n - min_n + 1 + (RETRIEVED_MAX - RETRIEVED_MIN + 1) * SHARE_BANDS, block)
         self.tried = torch.full(shape, prior_weight, dtype=torch.float64)
         self.accepted = torch.full(shape, prior * prior_weight, dtype=torch.float64)
         self.num_drafts_seen = 0
@@ -127,8 +127,8 @@ class NgramCalibration:
     def _row(self, ngram: int, retrieved: bool = False, share: float = 1.0) -> int:
         if retrieved:
             n = min(max(ngram, RETRIEVED_MIN), RETRIEVED_MAX) - RETRIEVED_MIN
-            band = int(np.searchsorted(SHARE_EDGES, share, side="right"))
-            return self.max_n - self.min_n + 1 + n * (len(SHARE_EDGES) + 1) + band
+            band = sum(share >= edge for edge in SHARE_EDGES)  # per match, every step: no numpy
+            return self.max_n - self.min_n + 1 + n * SHARE_BANDS + band
         return min(max(ngram, self.min_n), self.max_n) - self.min_n
 
     def gains(self, matches: Sequence[NgramMatch | None], limit: int) -> torch.Tensor:

@@ -20,14 +20,17 @@ def test_native_bf16_on_x86_follows_the_bf16_instructions(monkeypatch, avx512_bf
     fake_cpu(monkeypatch, avx512_bf16=avx512_bf16, amx=amx)
     assert cpu_features.native_bf16() is native
     assert cpu_features.default_cpu_dtype() == (None if native else "float32")
+    assert cpu_features.has_amx() is amx
 
 
 def test_unknown_where_torch_cannot_tell(monkeypatch):
-    fake_cpu(monkeypatch, machine="aarch64")
+    fake_cpu(monkeypatch, machine="aarch64", amx=True)
     assert cpu_features.native_bf16() is None and cpu_features.default_cpu_dtype() is None
+    assert cpu_features.has_amx() is False
     fake_cpu(monkeypatch)
     monkeypatch.delattr(torch.cpu, "_is_amx_tile_supported")
     assert cpu_features.native_bf16() is None and cpu_features.default_cpu_dtype() is None
+    assert cpu_features.has_amx() is False
 
 
 def test_this_machines_answer_matches_its_cpu_flags():

@@ -6,7 +6,7 @@ server and the engine-core loop (reserve-one). `all` binds every core to the mod
 `auto`, the default, picks what measured faster (docs/benchmarks.md, "Engine cores"): `all` for
 plain serving on a CPU with AMX (a 2-core Xeon: 1.3-1.4x at 1 to 32 requests), `reserve-one`
 for speculative serving everywhere (with `all` the plugin's per-step host work competes with the
-spinning OpenMP thread: 0.87-0.91x at 1 to 16 on that Xeon) and for plain serving elsewhere
+spinning OpenMP thread: 0.88-0.91x at 1 to 16 on that Xeon) and for plain serving elsewhere
 (a 2-core EPYC without AMX: `all` 0.68x at 32).
 """
 
@@ -39,7 +39,8 @@ def core_env(env: Mapping[str, str], ranks: int = 1, cpus: list[int] | None = No
     if choice == "auto":
         plain_on_amx = not speculative and (has_amx() if amx is None else amx)
         choice = "all" if plain_on_amx else "reserve-one"
-        why = f"auto: {'plain serving on a CPU with AMX' if plain_on_amx else 'the faster here'}"
+        why = "auto: " + ("plain serving on a CPU with AMX" if plain_on_amx
+                          else "speculative serving" if speculative else "no AMX")
     if choice == "reserve-one":
         return {}, ("engine on all cores but one, which is left to the front end (vLLM's "
                     f"binding, DFLASH_CPU_CORES={why}; DFLASH_CPU_CORES=all binds every core)")
