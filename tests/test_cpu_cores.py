@@ -7,21 +7,16 @@ from dflash_cli.serving.cpu_cores import BIND_VAR, RESERVED_VAR, core_env
 from dflash_plugin.switches import SwitchError
 
 
-def test_default_keeps_vllms_binding_for_speculative_serving_on_any_cpu():
-    for amx in (False, True):
-        env, line = core_env({}, cpus=[0, 1], speculative=True, amx=amx)
+def test_default_binds_every_core_on_amx_only_plain_or_speculative():
+    for settings in ({}, {"DFLASH_CPU_CORES": "auto"}):
+        env, line = core_env(settings, cpus=[0, 1], amx=True)
+        assert env == {BIND_VAR: "0,1", RESERVED_VAR: "0"}
+        assert "all 2 cores" in line and "auto: a CPU with AMX" in line
+        env, line = core_env(settings, cpus=[0, 1], amx=False)
         assert env == {}
-        assert "all cores but one" in line and "auto" in line
-
-
-def test_default_binds_every_core_for_plain_serving_on_amx_only():
-    env, line = core_env({}, cpus=[0, 1], speculative=False, amx=True)
-    assert env == {BIND_VAR: "0,1", RESERVED_VAR: "0"}
-    assert "all 2 cores" in line and "AMX" in line
-    assert core_env({}, cpus=[0, 1], speculative=False, amx=False)[0] == {}
+        assert "all cores but one" in line and "no AMX" in line
     # an explicit choice wins over the CPU
-    assert core_env({"DFLASH_CPU_CORES": "reserve-one"}, cpus=[0, 1], speculative=False,
-                    amx=True)[0] == {}
+    assert core_env({"DFLASH_CPU_CORES": "reserve-one"}, cpus=[0, 1], amx=True)[0] == {}
 
 
 def test_all_binds_every_core_and_reserves_none():
@@ -62,14 +57,16 @@ def test_serve_passes_the_binding_and_says_which(monkeypatch, capsys):
     assert "engine on all 2 cores" in capsys.readouterr().err
 
 
-def test_serve_asks_for_plain_or_speculative_binding(monkeypatch):
-    seen = []
+def test_serve_binds_plain_and_speculative_servers_alike(monkeypatch):
     monkeypatch.setattr(flags, "is_cpu_vllm", lambda: True)
-    monkeypatch.setattr(flags, "core_env", lambda env, ranks, speculative: (
-        seen.append(speculative) or ({}, "cores")))
+    monkeypatch.setattr("dflash_cli.serving.cpu_cores.usable_cpus", lambda: [0, 1])
+    monkeypatch.setattr("dflash_cli.serving.cpu_cores.has_amx", lambda: True)
+    monkeypatch.delenv(BIND_VAR, raising=False)
+    monkeypatch.delenv(RESERVED_VAR, raising=False)
+    monkeypatch.delenv("DFLASH_CPU_CORES", raising=False)
     for algorithm in ("NONE", "NGRAM", "DFLASH"):
-        flags.vllm_launch(flags.ServeOptions(model_path="/tmp/model",
-                                             speculative_algorithm=algorithm,
-                                             speculative_draft_model_path="/tmp/draft",
-                                             speculative_num_draft_tokens=16))
-    assert seen == [False, True, True]
+        launch = flags.vllm_launch(flags.ServeOptions(model_path="/tmp/model",
+                                                      speculative_algorithm=algorithm,
+                                                      speculative_draft_model_path="/tmp/draft",
+                                                      speculative_num_draft_tokens=16))
+        assert launch.environ({})[BIND_VAR] == "0,1", algorithm

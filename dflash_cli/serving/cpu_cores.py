@@ -3,11 +3,10 @@
 vLLM-CPU binds the model's OpenMP threads to all cores but one, which it leaves to the API
 server and the engine-core loop (reserve-one). `all` binds every core to the model
 (VLLM_CPU_OMP_THREADS_BIND, VLLM_CPU_NUM_OF_RESERVED_CPU=0) and lets the front end share them.
-`auto`, the default, picks what measured faster (docs/benchmarks.md, "Engine cores"): `all` for
-plain serving on a CPU with AMX (a 2-core Xeon: 1.3-1.4x at 1 to 32 requests), `reserve-one`
-for speculative serving everywhere (with `all` the plugin's per-step host work competes with the
-spinning OpenMP thread: 0.88-0.91x at 1 to 16 on that Xeon) and for plain serving elsewhere
-(a 2-core EPYC without AMX: `all` 0.68x at 32).
+`auto`, the default, picks what measured faster (docs/benchmarks.md, "Engine cores"): `all` on
+a CPU with AMX, plain or speculative (a 2-core Xeon: plain 1.3-1.4x at 1 to 32 requests, the
+plugin 1.12-1.16x, three runs pooled), `reserve-one` elsewhere (a 2-core EPYC without
+AMX: with `all` plain ran 0.68x and the plugin 0.84x of one-core plain at 32).
 """
 
 from __future__ import annotations
@@ -27,20 +26,18 @@ def usable_cpus() -> list[int]:
 
 
 def core_env(env: Mapping[str, str], ranks: int = 1, cpus: list[int] | None = None,
-             speculative: bool = True,
              amx: bool | None = None) -> tuple[dict[str, str], str]:
     """(the variables to give the server, a line saying which cores its engine uses). The
-    caller's own VLLM_CPU_OMP_THREADS_BIND / VLLM_CPU_NUM_OF_RESERVED_CPU win. `speculative`:
-    the server drafts; `amx`: the CPU has AMX (None: ask the CPU)."""
+    caller's own VLLM_CPU_OMP_THREADS_BIND / VLLM_CPU_NUM_OF_RESERVED_CPU win. `amx`: the CPU
+    has AMX (None: ask the CPU)."""
     if BIND_VAR in env or RESERVED_VAR in env:
         return {}, f"engine cores as {BIND_VAR} / {RESERVED_VAR} set them"
     cpus = usable_cpus() if cpus is None else cpus
     choice = why = read("DFLASH_CPU_CORES", env)
     if choice == "auto":
-        plain_on_amx = not speculative and (has_amx() if amx is None else amx)
-        choice = "all" if plain_on_amx else "reserve-one"
-        why = "auto: " + ("plain serving on a CPU with AMX" if plain_on_amx
-                          else "speculative serving" if speculative else "no AMX")
+        amx = has_amx() if amx is None else amx
+        choice = "all" if amx else "reserve-one"
+        why = "auto: " + ("a CPU with AMX" if amx else "no AMX")
     if choice == "reserve-one":
         return {}, ("engine on all cores but one, which is left to the front end (vLLM's "
                     f"binding, DFLASH_CPU_CORES={why}; DFLASH_CPU_CORES=all binds every core)")

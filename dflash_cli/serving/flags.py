@@ -538,8 +538,7 @@ def _default_env(opts: ServeOptions, cpu: bool) -> dict[str, str]:
         if preload:
             env["LD_PRELOAD"] = preload
         try:
-            cores, line = core_env({**os.environ, **opts.env}, _tp_ranks(opts),
-                                   speculative=opts.speculative_algorithm != "NONE")
+            cores, line = core_env({**os.environ, **opts.env}, _tp_ranks(opts))
         except ValueError as err:
             raise DFlashError(str(err)) from None
         env.update(cores)
