@@ -45,11 +45,16 @@ def test_a_bad_value_is_refused_with_the_variables_name():
         core_env({"DFLASH_CPU_CORES": "both"}, cpus=[0, 1])
 
 
-def test_serve_passes_the_binding_and_says_which(monkeypatch, capsys):
+@pytest.fixture
+def two_core_cpu_server(monkeypatch):
+    """`dflash serve` on vLLM-CPU with cores 0 and 1 and no binding of the caller's own."""
     monkeypatch.setattr(flags, "is_cpu_vllm", lambda: True)
     monkeypatch.setattr("dflash_cli.serving.cpu_cores.usable_cpus", lambda: [0, 1])
     monkeypatch.delenv(BIND_VAR, raising=False)
     monkeypatch.delenv(RESERVED_VAR, raising=False)
+
+
+def test_serve_passes_the_binding_and_says_which(two_core_cpu_server, capsys):
     opts = flags.ServeOptions(model_path="/tmp/model", speculative_algorithm="NONE",
                               env={"DFLASH_CPU_CORES": "all"})
     launch = flags.vllm_launch(opts)
@@ -57,12 +62,8 @@ def test_serve_passes_the_binding_and_says_which(monkeypatch, capsys):
     assert "engine on all 2 cores" in capsys.readouterr().err
 
 
-def test_serve_binds_plain_and_speculative_servers_alike(monkeypatch):
-    monkeypatch.setattr(flags, "is_cpu_vllm", lambda: True)
-    monkeypatch.setattr("dflash_cli.serving.cpu_cores.usable_cpus", lambda: [0, 1])
+def test_serve_binds_plain_and_speculative_servers_alike(two_core_cpu_server, monkeypatch):
     monkeypatch.setattr("dflash_cli.serving.cpu_cores.has_amx", lambda: True)
-    monkeypatch.delenv(BIND_VAR, raising=False)
-    monkeypatch.delenv(RESERVED_VAR, raising=False)
     monkeypatch.delenv("DFLASH_CPU_CORES", raising=False)
     for algorithm in ("NONE", "NGRAM", "DFLASH"):
         launch = flags.vllm_launch(flags.ServeOptions(model_path="/tmp/model",

@@ -3,10 +3,11 @@
 vLLM-CPU binds the model's OpenMP threads to all cores but one, which it leaves to the API
 server and the engine-core loop (reserve-one). `all` binds every core to the model
 (VLLM_CPU_OMP_THREADS_BIND, VLLM_CPU_NUM_OF_RESERVED_CPU=0) and lets the front end share them.
-`auto`, the default, picks what measured faster (docs/benchmarks.md, "Engine cores"): `all` on
-a CPU with AMX, plain or speculative (a 2-core Xeon: plain 1.3-1.4x at 1 to 32 requests, the
-plugin 1.12-1.16x, three runs pooled), `reserve-one` elsewhere (a 2-core EPYC without
-AMX: with `all` plain ran 0.68x and the plugin 0.84x of one-core plain at 32).
+`auto`, the default, picks what measured faster (docs/benchmarks.md, "Engine cores" and "The
+must-show sweep on a Xeon with AMX, both cores"): `all` on a CPU with AMX, plain or speculative
+(a 2-core Xeon: plain 1.3-1.4x at 1 to 32 requests, the plugin 1.12-1.16x, three runs pooled),
+`reserve-one` elsewhere (a 2-core EPYC without AMX: with `all` plain ran 0.68x and the plugin
+0.84x of one-core plain at 32).
 """
 
 from __future__ import annotations
