@@ -313,7 +313,7 @@ class NgramDrafts:
             if any(with_pass) and (expected_rate(mixed, with_pass, costs, True)
                                    > expected_rate(lookup, lengths, free, False)):
                 return None
-        if not self.gate.allows(costs, batch, sum(lengths)):
+        if not self.gate.allows(costs, batch, sum(lengths)) or self.gate.wants_reference(batch):
             return None
         self.counts.steps_without_draft_pass += 1
         return lengths

@@ -93,6 +93,7 @@ def test_the_planner_runs_no_lookup_only_step_in_a_closed_band():
     assert lengths is not None and sum(lengths) > 0
     for _ in range(5):
         ngram.gate.draft_free_step(16, 80.0)
+        ngram.gate.draft_free_step(1, 30.0)
     for _ in range(4):
         ngram.gate.lookup_step(COSTS, 16, verified=64, accepted=2, ms=140.0)
     before = ngram.counts.steps_without_draft_pass
@@ -118,3 +119,35 @@ def test_mixing_lookup_into_a_draft_pass_is_not_this_gates_business():
     drafter = torch.full((4, 8), 0.01, dtype=torch.float64)
     _, take = ngram.choose(policy, drafter, matches)
     assert all(take)  # after a pass the lookup may still win per request (the pass gate books it)
+
+
+def test_a_batch_size_without_a_fresh_reference_gets_draft_free_steps_first():
+    """Under load nearly every step verifies some lookup draft, so a batch size may never see
+    a draft-free step and its lookup steps would all be priced by the model, which misses a
+    drafted step's fixed cost. While steps are timed, such a batch size is left draft-free
+    until it has a reference, and again after REFRESH lookup steps booked against one."""
+    from dflash_plugin.lookup_gate import REFRESH
+
+    policy = DraftPolicy(PolicyMode.ADAPTIVE, COSTS, block=8)
+    ngram = NgramDrafts(8)
+    for _ in range(50):
+        ngram.calibration.observe([4], [8], [8])
+    matches = ngram.find([copying_history()] * 32, 8)
+    # never timed (a tensor-parallel engine): the model prices, nothing is held back
+    assert ngram.plan_without_draft_pass(policy, matches, 8, drafter_runs=False)
+    assert ngram.gate.references == 0
+    ngram.gate.draft_free_step(4, 40.0)  # steps are timed here, at another batch size
+    plans = []
+    for _ in range(3):
+        plans.append(ngram.plan_without_draft_pass(policy, matches, 8, drafter_runs=False))
+        ngram.gate.draft_free_step(32, 100.0)  # the step left draft-free, timed
+    assert plans == [None] * 3 and ngram.gate.references == 3
+    assert ngram.gate.draft_free.reference(32) == 100.0
+    for _ in range(REFRESH):
+        assert ngram.plan_without_draft_pass(policy, matches, 8, drafter_runs=False)
+        ngram.gate.lookup_step(COSTS, 32, verified=64, accepted=40, ms=110.0)
+    assert ngram.gate.timed == REFRESH and ngram.gate.priced == 0
+    assert ngram.plan_without_draft_pass(policy, matches, 8, drafter_runs=False) is None
+    ngram.gate.draft_free_step(32, 100.0)  # one fresh sample renews the reference
+    assert ngram.plan_without_draft_pass(policy, matches, 8, drafter_runs=False)
+    assert "4 left draft-free for a reference" in ngram.gate.summary()

@@ -193,6 +193,9 @@ class Drafting:
         # processed, ms); None when not timed. Only a worker on its own times
         # them (own_times; asked at the first timed step, once the engine's groups exist).
         self._timed: tuple[int, int, float] | None = None
+        # A lookup-gate booking held until the proposal that made it ends (timing_step).
+        self._booking: tuple | None = None
+        self._pass_ms = 0.0  # the draft pass inside this proposal
         self._own_times: bool | None = None
         self.measured: MeasuredCosts | None = None  # the last refit's (the policy's costs)
         self._logged: MeasuredCosts | None = None  # the measured costs last logged at INFO
@@ -245,11 +248,19 @@ class Drafting:
                 self._timed = (batch, int(cad.num_actual_tokens), ms)
             if self.clock.target_step(int(cad.num_actual_tokens), batch, max_query, ms):
                 self._refit()
+        self._pass_ms = 0.0
         try:
             yield
         finally:
+            left = self.now()
+            if self._booking is not None:
+                # The lookup gate's steps also pay their own proposal (less a draft pass,
+                # which is the next step's): after verified drafts it is several times longer.
+                book, args, ms = self._booking
+                self._booking = None
+                book(*args, ms + (left - entered) * 1e3 - self._pass_ms)
             self._step = self._timed = None
-            self._left = self.now()
+            self._left = left
 
     @contextmanager
     def timing_draft_pass(self):
@@ -261,7 +272,8 @@ class Drafting:
         started = self.now()
         yield
         _settle(device_tensor)
-        self.clock.draft_pass(batch, max_query, (self.now() - started) * 1e3)
+        self._pass_ms = (self.now() - started) * 1e3
+        self.clock.draft_pass(batch, max_query, self._pass_ms)
 
     def _refit(self):
         measured = self.measured = agree_across_ranks(self.clock.fit())
@@ -351,14 +363,19 @@ class Drafting:
         """The step just verified no drafts: its time is the lookup gate's reference."""
         ms = self._step_ms(batch, num_tokens) if num_tokens == batch else None
         if self.ngram is not None and ms is not None:
-            self.ngram.gate.draft_free_step(batch, ms)
+            self._booking = (self.ngram.gate.draft_free_step, (batch,), ms)
 
     def _book_lookup_step(self, batch: int, num_tokens: int, verified: int, accepted: int):
         """The step just verified lookup drafts only (no draft pass ran for it). A step whose
         tokens do not add up (a prefill chunk rode along) says nothing and is not booked."""
-        if num_tokens == batch + verified:
-            self.ngram.gate.lookup_step(self.policy.costs, batch, verified, accepted,
-                                        self._step_ms(batch, num_tokens))
+        if num_tokens != batch + verified:
+            return
+        ms = self._step_ms(batch, num_tokens)
+        args = (self.policy.costs, batch, verified, accepted)
+        if ms is None:
+            self.ngram.gate.lookup_step(*args)
+        else:
+            self._booking = (self.ngram.gate.lookup_step, args, ms)
 
     def _count_step(self):
         self.counts.steps += 1

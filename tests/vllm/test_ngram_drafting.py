@@ -184,13 +184,14 @@ def test_lookup_only_steps_are_booked_by_their_time_against_draft_free_steps():
     clock_ms = [100.0]
     drafting.now = lambda: clock_ms[0] / 1e3
 
-    def step(ms, queries, ids, rejected, hand_out=False):
+    def step(ms, queries, ids, rejected, hand_out=False, propose_ms=0.0):
         clock_ms[0] += ms  # the target step between two propose calls
         starts = torch.tensor([0, *np.cumsum(queries)], dtype=torch.int32)
         cad = SimpleNamespace(batch_size=lambda: len(queries), query_start_loc_cpu=starts,
                               num_actual_tokens=int(starts[-1]))
         with drafting.timing_step(cad):
             drafting.learn(torch.tensor(ids), starts, torch.tensor(rejected))
+            clock_ms[0] += propose_ms  # the proposal's own work
             if hand_out:
                 record(drafting, [PROMPT + [7], [40, 41]], [[8, -1], [42, -1]])
                 matches = drafting.lookup(2, BLOCK)
@@ -204,7 +205,9 @@ def test_lookup_only_steps_are_booked_by_their_time_against_draft_free_steps():
     assert gate.draft_free.reference(2) == pytest.approx(50.0)
     drafts = step(50.0, [1, 1], [5, 6], [0, 0], hand_out=True)[0]
     assert len(drafts) >= 4
-    step(80.0, [1 + len(drafts), 1], [8, *drafts, 42], [len(drafts) - 3, 0])
+    # the proposal after verified drafts does vLLM's rejected-token bookkeeping: 10 ms here,
+    # booked with the step (the draft-free ones' 0 ms proposals are in the reference)
+    step(70.0, [1 + len(drafts), 1], [8, *drafts, 42], [len(drafts) - 3, 0], propose_ms=10.0)
     assert (gate.timed, gate.priced) == (1, 0)
     assert gate.gate.bands[2].net == pytest.approx(3 / 2 - 30 / 50)
     assert "lookup-only steps by batch: 2-3 requests open (+0.90 per step)" in gate.summary()
