@@ -11,6 +11,8 @@ bf16 as supported on every x86 CPU and keeps a bf16 model in bf16.
 from __future__ import annotations
 
 import platform
+import re
+from pathlib import Path
 
 import torch
 
@@ -29,6 +31,32 @@ def native_bf16() -> bool | None:
     where it cannot (not x86, or a PyTorch without the probes): callers then keep their default."""
     answers = [_probe(name) for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")]
     return None if None in answers else any(answers)
+
+
+def x86_vendor_family(cpuinfo: str | None = None) -> tuple[str, int] | None:
+    """(vendor_id, cpu family) of the first CPU in /proc/cpuinfo (or `cpuinfo`'s text); None
+    where the text has neither (not Linux, not x86)."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            return None
+    vendor = re.search(r"^vendor_id\s*:\s*(\S+)", cpuinfo, re.M)
+    family = re.search(r"^cpu family\s*:\s*(\d+)", cpuinfo, re.M)
+    return (vendor.group(1), int(family.group(1))) if vendor and family else None
+
+
+# CPUs on which serving measured faster with the engine on every core (the front end sharing
+# them) than with vLLM's binding, plain and speculative (docs/benchmarks.md, "Engine cores").
+EVERY_CORE_FAMILIES = {("AuthenticAMD", 26): "an AMD CPU of family 26 (Zen 5)"}
+
+
+def faster_on_every_core() -> str | None:
+    """Why a vLLM-CPU engine should compute on every core of this CPU, or None where that was
+    not measured faster (an earlier AVX512-BF16 EPYC measured slower)."""
+    if has_amx():
+        return "a CPU with AMX"
+    return EVERY_CORE_FAMILIES.get(x86_vendor_family())
 
 
 def has_amx() -> bool:

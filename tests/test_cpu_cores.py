@@ -7,16 +7,17 @@ from dflash_cli.serving.cpu_cores import BIND_VAR, RESERVED_VAR, core_env
 from dflash_plugin.switches import SwitchError
 
 
-def test_default_binds_every_core_on_amx_only_plain_or_speculative():
+def test_default_binds_every_core_where_measured_faster_plain_or_speculative():
     for settings in ({}, {"DFLASH_CPU_CORES": "auto"}):
-        env, line = core_env(settings, cpus=[0, 1], amx=True)
+        env, line = core_env(settings, cpus=[0, 1], every_core="a CPU with AMX")
         assert env == {BIND_VAR: "0,1", RESERVED_VAR: "0"}
         assert "all 2 cores" in line and "auto: a CPU with AMX" in line
-        env, line = core_env(settings, cpus=[0, 1], amx=False)
+        env, line = core_env(settings, cpus=[0, 1], every_core=None)
         assert env == {}
-        assert "all cores but one" in line and "no AMX" in line
+        assert "all cores but one" in line and "not measured faster on every core" in line
     # an explicit choice wins over the CPU
-    assert core_env({"DFLASH_CPU_CORES": "reserve-one"}, cpus=[0, 1], amx=True)[0] == {}
+    assert core_env({"DFLASH_CPU_CORES": "reserve-one"}, cpus=[0, 1],
+                    every_core="a CPU with AMX")[0] == {}
 
 
 def test_all_binds_every_core_and_reserves_none():
@@ -63,7 +64,8 @@ def test_serve_passes_the_binding_and_says_which(two_core_cpu_server, capsys):
 
 
 def test_serve_binds_plain_and_speculative_servers_alike(two_core_cpu_server, monkeypatch):
-    monkeypatch.setattr("dflash_cli.serving.cpu_cores.has_amx", lambda: True)
+    monkeypatch.setattr("dflash_cli.serving.cpu_cores.faster_on_every_core",
+                        lambda: "a CPU with AMX")
     monkeypatch.delenv("DFLASH_CPU_CORES", raising=False)
     for algorithm in ("NONE", "NGRAM", "DFLASH"):
         launch = flags.vllm_launch(flags.ServeOptions(model_path="/tmp/model",

@@ -44,3 +44,24 @@ def test_this_machines_answer_matches_its_cpu_flags():
                 flags.update(line.split(":", 1)[1].split())
     assert cpu_features.native_bf16() == bool(flags & {"avx512_bf16", "amx_bf16", "amx_tile"})
 
+
+
+ZEN5 = "processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 26\nmodel\t\t: 2\n"
+ZEN4 = ZEN5.replace(": 26", ": 25")
+XEON = "processor\t: 0\nvendor_id\t: GenuineIntel\ncpu family\t: 6\nmodel\t\t: 167\n"
+
+
+def test_vendor_and_family_come_from_cpuinfo():
+    assert cpu_features.x86_vendor_family(ZEN5) == ("AuthenticAMD", 26)
+    assert cpu_features.x86_vendor_family(XEON) == ("GenuineIntel", 6)
+    assert cpu_features.x86_vendor_family("processor\t: 0\nBogoMIPS\t: 50.00\n") is None
+
+
+@pytest.mark.parametrize("cpuinfo, amx, why", [
+    (XEON, True, "a CPU with AMX"), (ZEN5, False, "an AMD CPU of family 26 (Zen 5)"),
+    (ZEN4, False, None), (XEON, False, None), ("", False, None)])
+def test_every_core_where_it_measured_faster(monkeypatch, cpuinfo, amx, why):
+    fake_cpu(monkeypatch, avx512_bf16=True, amx=amx)
+    read = cpu_features.x86_vendor_family
+    monkeypatch.setattr(cpu_features, "x86_vendor_family", lambda: read(cpuinfo))
+    assert cpu_features.faster_on_every_core() == why
