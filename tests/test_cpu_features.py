@@ -45,7 +45,6 @@ def test_this_machines_answer_matches_its_cpu_flags():
     assert cpu_features.native_bf16() == bool(flags & {"avx512_bf16", "amx_bf16", "amx_tile"})
 
 
-
 ZEN5 = "processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 26\nmodel\t\t: 2\n"
 ZEN4 = ZEN5.replace(": 26", ": 25")
 XEON = "processor\t: 0\nvendor_id\t: GenuineIntel\ncpu family\t: 6\nmodel\t\t: 167\n"
