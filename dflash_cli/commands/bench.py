@@ -2,9 +2,11 @@
 no speculation (none), vLLM's n-gram prompt lookup (ngram), vLLM's native DFlash with this
 project's plugin switched off (dflash-native: VLLM_PLUGINS without "dflash"), and DFlash with the
 plugin (dflash). Each configuration gets one vLLM server on 127.0.0.1. By default all servers are
-up at once (an idle server uses no CPU) and, at each concurrency level, their runs alternate, so
+up at once (an idle server uses almost no CPU) and, at each concurrency level, their runs alternate, so
 that a machine whose speed drifts (shared hosts, thermal limits) slows every configuration alike;
-`--sequential` runs one server at a time instead (a quarter of the memory).
+`--sequential` runs one server at a time instead (a quarter of the memory). Every measured run
+follows an unmeasured burst on its own server: a server is slower in its first run after others
+ran, which would favour the rows that happen to run twice in a row.
 
 Writes to --output a JSON object: "rows", one per algorithm and level (algorithm, concurrency,
 output_tokens_per_s, tpot_ms, ttft_ms, accept_length, speedup, ...), "prompts" (the set it ran)
@@ -49,6 +51,7 @@ SPEC_ALGORITHM = {"none": "NONE", "ngram": "NGRAM", "dflash-native": "DFLASH", "
 _VARIANT = re.compile(r"(?P<base>[\w-]+)(?:\[(?P<settings>[^\]]*)\])?")
 # Settings of the server process, which every row may take (e.g. 'none[DFLASH_CPU_PRELOAD=off]')
 SERVER_SETTINGS = frozenset({"DFLASH_CPU_PRELOAD", "DFLASH_CPU_CORES"})
+PRIME_TOKENS = 32  # tokens per request of the unmeasured burst before each run
 _SETTING = re.compile(r"(DFLASH_[A-Z0-9_]+|draft_tokens|draft)=(.*)")
 
 
@@ -321,6 +324,7 @@ def _run_sequential(algorithms, resolved, prompts, levels, args, output: Path, a
                 with _started(algorithm, resolved[algorithm], args, output) as (server, model):
                     _warm_up(server.base_url, model, prompts, args)
                     for concurrency in levels:
+                        _prime(server.base_url, model, prompts, concurrency, args)
                         samples.setdefault((algorithm, concurrency), []).append(_measure(
                             server.base_url, model, prompts, concurrency, args, args.repeats))
             except (ServerExited, TimeoutError) as err:  # the other configurations still run
@@ -363,6 +367,7 @@ def _run_interleaved(algorithms, resolved, prompts, levels, args, output: Path, 
                 for repeat in range(start * args.repeats, (start + 1) * args.repeats):
                     for algorithm in (order if repeat % 2 == 0 else order[::-1]):
                         server, model = servers[algorithm]
+                        _prime(server.base_url, model, prompts, concurrency, args)
                         samples.setdefault((algorithm, concurrency), []).append(_measure(
                             server.base_url, model, prompts, concurrency, args, 1))
                 last = start + 1 == args.restarts  # rows are printed once, when complete
@@ -401,6 +406,15 @@ def _warm_up(base_url, model, prompts, args):
     """Not measured: the first requests after start-up pay one-off costs."""
     asyncio.run(bench.run_point(base_url, model, prompts[:2], 2,
                                 **_request_options(args, max_tokens=16)))
+
+
+def _prime(base_url, model, prompts, concurrency, args):
+    """Not measured: a short burst at the level, on the server about to be measured. A server
+    that sat idle while the others ran is slower in its next run (by 7% on average on a Zen 5
+    EPYC, docs/benchmarks.md); after the burst every run starts as under steady load."""
+    asyncio.run(bench.run_point(base_url, model, _prompts_for(prompts, concurrency), concurrency,
+                                **_request_options(args, max_tokens=min(args.max_tokens,
+                                                                        PRIME_TOKENS))))
 
 
 @dataclass

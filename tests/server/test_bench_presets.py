@@ -134,6 +134,9 @@ def test_restarts_pool_every_start_of_every_server(tmp_path, monkeypatch):
 
     monkeypatch.setattr(bench_command, "_started", started)
     monkeypatch.setattr(bench_command, "_warm_up", lambda *a: None)
+    primed = []
+    monkeypatch.setattr(bench_command, "_prime", lambda url, model, p, level, a: primed.append(
+        (url.removeprefix("http://"), level)))
     monkeypatch.setattr(bench_command, "_measure", measure)
     args = bench_args("--algorithms", "none,ngram", "--concurrency", "1,4", "--sequential",
                       "--restarts", "3", "--repeats", "2", "--output", str(tmp_path / "b.json"))
@@ -141,6 +144,7 @@ def test_restarts_pool_every_start_of_every_server(tmp_path, monkeypatch):
     rows, broken = bench_command._run_sequential(list(variants), dict.fromkeys(variants), [
         "p"], levels, args, tmp_path / "b.json", {})
     assert starts == ["none", "ngram"] * 3 and not broken
+    assert primed == [("none", 1), ("none", 4), ("ngram", 1), ("ngram", 4)] * 3  # before each
     assert [(r["algorithm"], r["concurrency"]) for r in rows] == [
         ("none", 1), ("none", 4), ("ngram", 1), ("ngram", 4)]
     for r in rows:
@@ -174,8 +178,12 @@ def test_interleaved_restarts_alternate_and_pool_every_start(tmp_path, monkeypat
         return bench_command._Sample(results, [concurrency / speed],
                                      dict.fromkeys(bench.SPEC_COUNTERS, 0.0))
 
+    def prime(base_url, model, prompts, concurrency, args):
+        events.append(("prime", base_url.removeprefix("http://"), concurrency))
+
     monkeypatch.setattr(bench_command, "_started", started)
     monkeypatch.setattr(bench_command, "_warm_up", lambda *a: None)
+    monkeypatch.setattr(bench_command, "_prime", prime)
     monkeypatch.setattr(bench_command, "_measure", measure)
     args = bench_args("--algorithms", "none,ngram", "--concurrency", "1,4", "--restarts", "2",
                       "--repeats", "2", "--output", str(tmp_path / "b.json"))
@@ -185,8 +193,8 @@ def test_interleaved_restarts_alternate_and_pool_every_start(tmp_path, monkeypat
     assert not broken
     one_start = [("start", "none"), ("start", "ngram")]
     for level in (1, 4):
-        one_start += [("run", "none", level), ("run", "ngram", level),
-                      ("run", "ngram", level), ("run", "none", level)]  # ABBA
+        for name in ("none", "ngram", "ngram", "none"):  # ABBA, each run after its own burst
+            one_start += [("prime", name, level), ("run", name, level)]
     one_start += [("stop", "ngram"), ("stop", "none")]
     assert events == one_start * 2
     assert [(r["algorithm"], r["concurrency"]) for r in rows] == [
@@ -202,3 +210,20 @@ def test_restarts_need_a_positive_count():
     with pytest.raises(DFlashError, match="--restarts must be >= 1"):
         bench_command._check(bench_args("--restarts", "0", "--sequential"))
     assert bench_command._check(bench_args("--restarts", "2"))[1] == [1, 4, 16, 32]
+
+
+def test_prime_is_a_short_burst_at_the_level(monkeypatch):
+    """The unmeasured burst before a run: the level's requests all in flight, few tokens each,
+    never more than the measured run asks for."""
+    calls = []
+
+    async def run_point(base_url, model, prompts, concurrency, **options):
+        calls.append((base_url, len(prompts), concurrency, options["max_tokens"]))
+        return [], 0.0
+
+    monkeypatch.setattr(bench, "run_point", run_point)
+    prompts = [f"p{i}" for i in range(8)]
+    for max_tokens in ("128", "8"):
+        args = bench_args("--max-tokens", max_tokens)
+        bench_command._prime("http://x", "model", prompts, 4, args)
+    assert calls == [("http://x", 4, 4, bench_command.PRIME_TOKENS), ("http://x", 4, 4, 8)]
