@@ -2,11 +2,11 @@
 no speculation (none), vLLM's n-gram prompt lookup (ngram), vLLM's native DFlash with this
 project's plugin switched off (dflash-native: VLLM_PLUGINS without "dflash"), and DFlash with the
 plugin (dflash). Each configuration gets one vLLM server on 127.0.0.1. By default all servers are
-up at once (an idle server uses almost no CPU) and, at each concurrency level, their runs alternate, so
-that a machine whose speed drifts (shared hosts, thermal limits) slows every configuration alike;
-`--sequential` runs one server at a time instead (a quarter of the memory). Every measured run
-follows an unmeasured burst on its own server: a server is slower in its first run after others
-ran, which would favour the rows that happen to run twice in a row.
+up at once (an idle server uses almost no CPU) and, at each concurrency level, their runs
+alternate, so that a machine whose speed drifts (shared hosts, thermal limits) slows every
+configuration alike; `--sequential` runs one server at a time instead (a quarter of the memory).
+Every measured run follows an unmeasured burst on its own server: a server is slower in its
+first run after others ran, which would favour the rows that happen to run twice in a row.
 
 Writes to --output a JSON object: "rows", one per algorithm and level (algorithm, concurrency,
 output_tokens_per_s, tpot_ms, ttft_ms, accept_length, speedup, ...), "prompts" (the set it ran)
@@ -322,7 +322,6 @@ def _run_sequential(algorithms, resolved, prompts, levels, args, output: Path, a
         for algorithm in (a for a in algorithms if a not in broken):
             try:
                 with _started(algorithm, resolved[algorithm], args, output) as (server, model):
-                    _warm_up(server.base_url, model, prompts, args)
                     for concurrency in levels:
                         _prime(server.base_url, model, prompts, concurrency, args)
                         samples.setdefault((algorithm, concurrency), []).append(_measure(
@@ -360,8 +359,6 @@ def _run_interleaved(algorithms, resolved, prompts, levels, args, output: Path, 
                 except (ServerExited, TimeoutError) as err:
                     broken.append(algorithm)
                     print(f"[bench] {algorithm}: server failed, no rows: {err}", file=sys.stderr)
-            for server, model in servers.values():
-                _warm_up(server.base_url, model, prompts, args)
             for concurrency in levels:
                 order = list(servers)
                 for repeat in range(start * args.repeats, (start + 1) * args.repeats):
@@ -402,16 +399,11 @@ def _request_options(args, **overrides) -> dict:
                 ignore_eos=args.ignore_eos, request_timeout=args.request_timeout) | overrides
 
 
-def _warm_up(base_url, model, prompts, args):
-    """Not measured: the first requests after start-up pay one-off costs."""
-    asyncio.run(bench.run_point(base_url, model, prompts[:2], 2,
-                                **_request_options(args, max_tokens=16)))
-
-
 def _prime(base_url, model, prompts, concurrency, args):
-    """Not measured: a short burst at the level, on the server about to be measured. A server
-    that sat idle while the others ran is slower in its next run (by 7% on average on a Zen 5
-    EPYC, docs/benchmarks.md); after the burst every run starts as under steady load."""
+    """Not measured: a short burst at the level, on the server about to be measured. It pays
+    a new server's one-off costs of its first requests, and a server that sat idle while the
+    others ran is slower in its next run (by 7% on average on a Zen 5 EPYC,
+    docs/benchmarks.md); after the burst every run starts as under steady load."""
     asyncio.run(bench.run_point(base_url, model, _prompts_for(prompts, concurrency), concurrency,
                                 **_request_options(args, max_tokens=min(args.max_tokens,
                                                                         PRIME_TOKENS))))

@@ -133,7 +133,6 @@ def test_restarts_pool_every_start_of_every_server(tmp_path, monkeypatch):
                                      dict.fromkeys(bench.SPEC_COUNTERS, 0.0))
 
     monkeypatch.setattr(bench_command, "_started", started)
-    monkeypatch.setattr(bench_command, "_warm_up", lambda *a: None)
     primed = []
     monkeypatch.setattr(bench_command, "_prime", lambda url, model, p, level, a: primed.append(
         (url.removeprefix("http://"), level)))
@@ -182,7 +181,6 @@ def test_interleaved_restarts_alternate_and_pool_every_start(tmp_path, monkeypat
         events.append(("prime", base_url.removeprefix("http://"), concurrency))
 
     monkeypatch.setattr(bench_command, "_started", started)
-    monkeypatch.setattr(bench_command, "_warm_up", lambda *a: None)
     monkeypatch.setattr(bench_command, "_prime", prime)
     monkeypatch.setattr(bench_command, "_measure", measure)
     args = bench_args("--algorithms", "none,ngram", "--concurrency", "1,4", "--restarts", "2",
