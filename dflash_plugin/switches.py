@@ -70,6 +70,9 @@ SWITCHES = (
            "request's last n-gram is drafted where it is expected to beat the drafter and lookup"),
     Switch("DFLASH_STATS_EVERY", "count", "2000",
            "vLLM plugin: log what the draft policy did every N steps; 0 never"),
+    Switch("DFLASH_ARENA_CACHE", "on/off", "on",
+           "vLLM plugin on CPU: CPython's arena blocks (frame-stack chunks, object arenas) from "
+           "malloc, which reuses them, instead of a fresh mmap / munmap per block"),
     Switch("DFLASH_VLLM_SKIP_VERSION_CHECK", "on/off", "off",
            "vLLM plugin: load on a vLLM release outside the tested series (untested)"),
     Switch("DFLASH_CPU_PRELOAD", "on/off", "on",

@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=.venv
-STAMP="$VENV/.dflash-setup-$(cat pyproject.toml scripts/setup_env.sh | sha256sum | cut -c1-16)"
+STAMP="$VENV/.dflash-setup-$(cat pyproject.toml setup.py dflash_plugin/_arena_cache.c scripts/setup_env.sh | sha256sum | cut -c1-16)"
 if [ -f "$STAMP" ]; then
     exit 0
 fi

@@ -10,8 +10,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 LEDGER = ROOT / "docs" / "engine-ledger.md"
 ADAPTERS = ("vllm_ext", "sglang_ext")
-KINDS = {"patch", "subclass", "registry override", "contract", "private read", "private write"}
-ID = re.compile(r"[PSRA]\d+")
+KINDS = {"patch", "subclass", "registry override", "contract", "private read", "private write",
+         "runtime hook"}
+ID = re.compile(r"[PSRAH]\d+")
 WINDOW = 8  # lines above a site that may name its entry (a comment, a docstring line)
 
 # What counts as a site: patches and their guards, registrations, subclasses of engine classes,
@@ -48,7 +49,7 @@ def test_each_entry_is_complete_and_points_at_existing_code_and_tests():
     ids = [row["id"] for row in rows]
     assert len(ids) == len(set(ids)) and len(ids) >= 10
     for row in rows:
-        assert row["engine"] in ("vLLM", "SGLang"), row
+        assert row["engine"] in ("vLLM", "SGLang", "CPython"), row
         assert row["kind"] in KINDS, row
         assert all(row[c] for c in ("target", "why", "guard")), row
         for path in paths_in(row["code"]):

@@ -49,8 +49,9 @@ SPEC_ALGORITHM = {"none": "NONE", "ngram": "NGRAM", "dflash-native": "DFLASH", "
 # draft=PATH for the drafter, draft_tokens=N for --speculative-num-draft-tokens);
 # "dflash-native[draft=PATH;draft_tokens=N]": vLLM's DFlash with another drafter or block.
 _VARIANT = re.compile(r"(?P<base>[\w-]+)(?:\[(?P<settings>[^\]]*)\])?")
-# Settings of the server process, which every row may take (e.g. 'none[DFLASH_CPU_PRELOAD=off]')
-SERVER_SETTINGS = frozenset({"DFLASH_CPU_PRELOAD", "DFLASH_CPU_CORES"})
+# Settings of the server process, which every row may take (e.g. 'none[DFLASH_CPU_PRELOAD=off]');
+# the arena cache is in every process that loads the plugin, plain and n-gram rows included
+SERVER_SETTINGS = frozenset({"DFLASH_CPU_PRELOAD", "DFLASH_CPU_CORES", "DFLASH_ARENA_CACHE"})
 PRIME_TOKENS = 32  # tokens per request of the unmeasured burst before each run
 _SETTING = re.compile(r"(DFLASH_[A-Z0-9_]+|draft_tokens|draft)=(.*)")
 

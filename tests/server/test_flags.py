@@ -297,8 +297,10 @@ def test_bench_plugin_variants_carry_their_own_settings():
         "none", {"DFLASH_CPU_PRELOAD": "off"})
     assert parse_algorithm("dflash-native[DFLASH_CPU_PRELOAD=off]").env == {
         "DFLASH_CPU_PRELOAD": "off"}
+    assert parse_algorithm("none[DFLASH_ARENA_CACHE=off]").env == {"DFLASH_ARENA_CACHE": "off"}
     for bad in ("none[DFLASH_DRAFT_POLICY=on]", "ngram[draft=/d]"):
-        with pytest.raises(DFlashError, match="take settings other than DFLASH_CPU_CORES, DFLASH_CPU_PRELOAD"):
+        with pytest.raises(DFlashError, match="take settings other than DFLASH_ARENA_CACHE, "
+                                              "DFLASH_CPU_CORES, DFLASH_CPU_PRELOAD"):
             parse_algorithm(bad)
     for bad in ("dflash[draft_tokens=1]", "dflash[draft_tokens=eight]", "dflash[draft_tokens=]"):
         with pytest.raises(DFlashError, match="draft_tokens"):

@@ -86,6 +86,11 @@ def worker_calls():
     def drafter_class(worker):
         return type(worker.model_runner.drafter.model).__name__
 
+    def arena_cache(worker):
+        from dflash_plugin.arena_cache import stats
+
+        return stats()
+
     def set_policy(worker, mode):
         """A new policy of this mode with the preset costs. "stagger" (tests only) verifies
         0..K drafts per request, varying every step, so every draft length gets verified with
@@ -231,7 +236,8 @@ def worker_calls():
 
         return ShortCutCounter.steps
 
-    return dict(drafter_class=drafter_class, set_policy=set_policy, context_split=context_split,
+    return dict(drafter_class=drafter_class, arena_cache=arena_cache, set_policy=set_policy,
+                context_split=context_split,
                 drafts_via_top_tokens=drafts_via_top_tokens,
                 count_bundled_rpcs=count_bundled_rpcs, bundled_rpcs=bundled_rpcs,
                 sampler_short_cuts=sampler_short_cuts,
@@ -278,9 +284,10 @@ def runs(target_path, random_drafter, tmp_path_factory):
     if drafter is None:
         pytest.fail("the shipped drafter (dflash_plugin/drafters/SmolLM2-135M-Instruct-DFlash-b16)"
                     " is missing")
-    with engine(target_path) as llm:
+    with environment(VLLM_ALLOW_INSECURE_SERIALIZATION="1"), engine(target_path) as llm:
         results["plain_batch"] = token_ids(generate(llm, PROMPTS))
         results["plain_single"] = token_ids(generate(llm, SINGLE_PROMPTS, one_at_a_time=True))
+        results["plain_arena_cache"] = llm.collective_rpc(calls["arena_cache"])[0]
 
     # The plugin as `dflash serve` runs it on CPU, with the executor that returns draft ids with
     # the sampled tokens; the random-drafter engine below keeps vLLM's own executor.
@@ -308,6 +315,7 @@ def runs(target_path, random_drafter, tmp_path_factory):
         results["plugin_top_tokens"] = llm.collective_rpc(calls["drafts_via_top_tokens"])[0]
         results["bundled_rpcs"] = llm.collective_rpc(calls["bundled_rpcs"])[0]
         results["draft_check"] = served_draft_blocks(llm, calls)
+        results["plugin_arena_cache"] = llm.collective_rpc(calls["arena_cache"])[0]
     results["hinted_drafter"] = hinted = hinted_copy(drafter, tmp_path_factory.mktemp("hinted"))
     with environment(VLLM_ALLOW_INSECURE_SERIALIZATION="1"), engine(target_path, hinted) as llm:
         results["hinted_draft_check"] = served_draft_blocks(llm, calls)
@@ -317,6 +325,7 @@ def runs(target_path, random_drafter, tmp_path_factory):
         outputs, results["native_counts"] = counted(llm, lambda: generate(llm, PROMPTS))
         results["native_batch"] = token_ids(outputs)
         results["native_top_tokens"] = llm.collective_rpc(calls["drafts_via_top_tokens"])[0]
+        results["native_arena_cache"] = llm.collective_rpc(calls["arena_cache"])[0]
 
     # A random drafter (every draft rejected): the adaptive policy must stop verifying its
     # drafts, and draft passes skipped by the policy must still store the context K/V.
@@ -339,6 +348,15 @@ def runs(target_path, random_drafter, tmp_path_factory):
 def test_the_plugin_builds_its_drafter_and_vllm_plugins_gives_native(runs):
     assert runs["plugin_class"] == "DFlashVllmDrafter"
     assert runs["native_class"] == "DFlashQwen3ForCausalLM"
+
+
+def test_the_workers_arena_blocks_come_from_malloc(runs):
+    """H1 in the workers of every engine that loads the plugin, plain ones included, so the
+    lossless checks below compare outputs served with it against vLLM's native DFlash without."""
+    for name in ("plain", "plugin"):
+        stats = runs[f"{name}_arena_cache"]
+        assert stats["installed"] and stats["made"] > 0 and stats["freed"] > 0, (name, stats)
+    assert not runs["native_arena_cache"]["installed"]  # VLLM_PLUGINS="": the plugin is out
 
 
 def test_draft_ids_came_back_with_the_sampled_tokens(runs):

@@ -47,6 +47,45 @@ def test_register_maps_only_the_dflash_architecture(fresh_plugin):
     assert (entry.module_name, entry.class_name) == ("vllm_ext.model", "DFlashVllmDrafter")
 
 
+ARENA_CASES = """
+import json, logging, os
+logging.basicConfig(level=logging.INFO)  # vLLM configures its handler from its arguments
+from vllm.platforms import current_platform
+from vllm_ext import plugin
+from dflash_plugin.arena_cache import stats
+
+seen = []
+def case(switch, cpu):
+    plugin._registered = False
+    os.environ["DFLASH_ARENA_CACHE"] = switch
+    current_platform.is_cpu = lambda: cpu
+    plugin.register()
+    seen.append(stats()["installed"])
+
+case("off", True)
+case("on", False)
+case("on", True)
+case("on", True)  # a second registration leaves it on
+print(json.dumps(seen))
+"""
+
+
+def test_register_serves_arena_blocks_from_malloc_on_cpu_only():
+    """H1 goes in where the plugin registers on the CPU platform with DFLASH_ARENA_CACHE on,
+    and says so in the log; it cannot be undone, so the cases run in that order, in a process
+    of their own."""
+    import json
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", ARENA_CASES], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == [False, False, True, True]
+    logs = done.stdout + done.stderr
+    assert logs.count("arena blocks now come from malloc") == 1, logs[-3000:]
+
+
 @pytest.mark.parametrize("version", ["0.35.1", "0.31.2", "not-a-version"])
 def test_unsupported_vllm_is_left_alone_with_one_warning(fresh_plugin, monkeypatch, caplog,
                                                          version):
