@@ -48,19 +48,23 @@ def test_this_machines_answer_matches_its_cpu_flags():
 ZEN5 = "processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 26\nmodel\t\t: 2\n"
 ZEN4 = ZEN5.replace(": 26", ": 25")
 XEON = "processor\t: 0\nvendor_id\t: GenuineIntel\ncpu family\t: 6\nmodel\t\t: 167\n"
+XEON_207 = XEON.replace(": 167", ": 207")
 
 
 def test_vendor_and_family_come_from_cpuinfo():
-    assert cpu_features.x86_vendor_family(ZEN5) == ("AuthenticAMD", 26)
-    assert cpu_features.x86_vendor_family(XEON) == ("GenuineIntel", 6)
-    assert cpu_features.x86_vendor_family("processor\t: 0\nBogoMIPS\t: 50.00\n") is None
+    assert cpu_features.x86_cpu_id(ZEN5) == ("AuthenticAMD", 26, 2)
+    assert cpu_features.x86_cpu_id(XEON) == ("GenuineIntel", 6, 167)
+    no_model = XEON.replace("model\t\t: 167\n", "")
+    assert cpu_features.x86_cpu_id(no_model) == ("GenuineIntel", 6, None)
+    assert cpu_features.x86_cpu_id("processor\t: 0\nBogoMIPS\t: 50.00\n") is None
 
 
 @pytest.mark.parametrize("cpuinfo, amx, why", [
     (XEON, True, "a CPU with AMX"), (ZEN5, False, "an AMD CPU of family 26 (Zen 5)"),
-    (ZEN4, False, None), (XEON, False, None), ("", False, None)])
+    (ZEN4, False, None), (XEON, False, None), ("", False, None),
+    (XEON_207, False, "an Intel Xeon of family 6 model 207")])
 def test_every_core_where_it_measured_faster(monkeypatch, cpuinfo, amx, why):
     fake_cpu(monkeypatch, avx512_bf16=True, amx=amx)
-    read = cpu_features.x86_vendor_family
-    monkeypatch.setattr(cpu_features, "x86_vendor_family", lambda: read(cpuinfo))
+    read = cpu_features.x86_cpu_id
+    monkeypatch.setattr(cpu_features, "x86_cpu_id", lambda: read(cpuinfo))
     assert cpu_features.faster_on_every_core() == why
