@@ -15,26 +15,30 @@ from __future__ import annotations
 import platform
 
 
+def _module():
+    """The compiled module, or the ImportError of a package installed without a C compiler."""
+    try:
+        from dflash_plugin import _arena_cache
+    except ImportError as err:
+        return err
+    return _arena_cache
+
+
 def enable(max_blocks: int | None = None) -> tuple[bool, str]:
     """Switch this process over. Returns (on, why): on is True once the cache serves this
     process's new blocks (now or by an earlier call); why says what happened, for a log line."""
     if platform.python_implementation() != "CPython":
         return False, f"not on {platform.python_implementation()} (CPython only)"
-    try:
-        from dflash_plugin import _arena_cache
-    except ImportError as err:
-        return False, (f"its compiled module is missing ({err}): the package was installed "
+    module = _module()
+    if isinstance(module, ImportError):
+        return False, (f"its compiled module is missing ({module}): the package was installed "
                        "without a C compiler; reinstall it with one (gcc and the Python headers)")
-    if _arena_cache.stats()["installed"]:
+    if not module.install(*(() if max_blocks is None else (max_blocks,))):
         return True, "already on in this process"
-    _arena_cache.install(*(() if max_blocks is None else (max_blocks,)))
     return True, "CPython's arena blocks now come from malloc, which reuses them"
 
 
 def stats() -> dict | None:
     """The cache's counters in this process (see `_arena_cache.stats`), None if not built."""
-    try:
-        from dflash_plugin import _arena_cache
-    except ImportError:
-        return None
-    return _arena_cache.stats()
+    module = _module()
+    return None if isinstance(module, ImportError) else module.stats()
