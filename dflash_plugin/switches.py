@@ -81,7 +81,7 @@ SWITCHES = (
     Switch("DFLASH_CPU_CORES", "choice", "auto",
            "`dflash serve` / `dflash bench`: the vLLM-CPU engine leaves one core to the front end "
            "as vLLM does (reserve-one), or computes on every core, the front end sharing them "
-           "(all); auto: all on CPUs with AMX, AMD Zen 5 and Xeon model 207, else reserve-one",
+           "(all); auto: all on machines of up to 2 cores (measured faster there), else reserve-one",
            ("auto", "reserve-one", "all")),
     Switch("DFLASH_SGLANG_PLUGIN", "on/off", "on",
            "SGLang: off keeps the package installed but registers nothing (SGLang's own DFlash "

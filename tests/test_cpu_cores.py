@@ -7,17 +7,18 @@ from dflash_cli.serving.cpu_cores import BIND_VAR, RESERVED_VAR, core_env
 from dflash_plugin.switches import SwitchError
 
 
-def test_default_binds_every_core_where_measured_faster_plain_or_speculative():
+def test_default_binds_every_core_on_small_machines_only():
     for settings in ({}, {"DFLASH_CPU_CORES": "auto"}):
-        env, line = core_env(settings, cpus=[0, 1], every_core="a CPU with AMX")
-        assert env == {BIND_VAR: "0,1", RESERVED_VAR: "0"}
-        assert "all 2 cores" in line and "auto: a CPU with AMX" in line
-        env, line = core_env(settings, cpus=[0, 1], every_core=None)
+        for cpus in ([0, 1], [3]):
+            env, line = core_env(settings, cpus=cpus)
+            assert env == {BIND_VAR: ",".join(map(str, cpus)), RESERVED_VAR: "0"}
+            assert f"all {len(cpus)} cores" in line and f"auto: {len(cpus)} cores" in line
+        env, line = core_env(settings, cpus=[0, 1, 2, 3])
         assert env == {}
-        assert "all cores but one" in line and "not measured faster on every core" in line
-    # an explicit choice wins over the CPU
-    assert core_env({"DFLASH_CPU_CORES": "reserve-one"}, cpus=[0, 1],
-                    every_core="a CPU with AMX")[0] == {}
+        assert "all cores but one" in line and "auto: 4 cores, more than 2" in line
+    # an explicit choice wins over the machine's size
+    assert core_env({"DFLASH_CPU_CORES": "reserve-one"}, cpus=[0, 1])[0] == {}
+    assert core_env({"DFLASH_CPU_CORES": "all"}, cpus=[0, 1, 2, 3])[0][BIND_VAR] == "0,1,2,3"
 
 
 def test_all_binds_every_core_and_reserves_none():
@@ -64,8 +65,6 @@ def test_serve_passes_the_binding_and_says_which(two_core_cpu_server, capsys):
 
 
 def test_serve_binds_plain_and_speculative_servers_alike(two_core_cpu_server, monkeypatch):
-    monkeypatch.setattr("dflash_cli.serving.cpu_cores.faster_on_every_core",
-                        lambda: "a CPU with AMX")
     monkeypatch.delenv("DFLASH_CPU_CORES", raising=False)
     for algorithm in ("NONE", "NGRAM", "DFLASH"):
         launch = flags.vllm_launch(flags.ServeOptions(model_path="/tmp/model",
