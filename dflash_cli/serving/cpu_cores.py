@@ -5,7 +5,7 @@ server and the engine-core loop (reserve-one). `all` binds every core to the mod
 (VLLM_CPU_OMP_THREADS_BIND, VLLM_CPU_NUM_OF_RESERVED_CPU=0) and lets the front end share them.
 `auto`, the default, binds every core on machines of up to two cores: on each 2-core CPU
 measured (a Xeon with AMX, Zen 4 and Zen 5 EPYCs, a Xeon without bf16; docs/benchmarks.md)
-plain decoding ran 1.06-1.54x faster that way and the plugin 0.96-1.37x. Larger machines, where
+plain decoding ran 1.06-1.54x faster that way and the plugin 0.96-1.39x. Larger machines, where
 the reserved core is a smaller share, keep vLLM's binding: not measured there."""
 
 from __future__ import annotations
