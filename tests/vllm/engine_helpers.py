@@ -1,7 +1,8 @@
 """Helpers for the tests that start real vLLM engines (in this process): the shipped drafter,
 environment variables set for one engine's lifetime, and an engine that is always shut down.
 
-Engines run one at a time: each is shut down, and its memory collected, before the next starts.
+Engines run one at a time: each is shut down, and its memory collected, before the next starts;
+only the session's plain engine (conftest.py's `plain_llm`) stays up beside them, idle.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """vLLM engines with and without the plugin: lossless output, metrics, native fallback.
 
-One module-scoped fixture starts the engines one after another (never two at once) and
-collects everything the tests check: no speculation, the plugin (every draft policy, and a
+One module-scoped fixture starts the engines one after another (never two at once, besides the
+session's idle plain engine) and collects everything the tests check: no speculation (from
+that plain engine), the plugin (every draft policy, and a
 test-only policy that staggers draft lengths, switched inside the worker), and vLLM's native
 DFlash with the plugin excluded through VLLM_PLUGINS.
 The plugin runs the shipped (trained) drafter; a last engine runs a random drafter (every draft
@@ -277,17 +278,17 @@ def hinted_copy(drafter, folder):
 
 
 @pytest.fixture(scope="module")
-def runs(target_path, random_drafter, tmp_path_factory):
+def runs(target_path, plain_llm, random_drafter, tmp_path_factory):
     calls = worker_calls()
     drafter = shipped_drafter()
     results = {}
     if drafter is None:
         pytest.fail("the shipped drafter (dflash_plugin/drafters/SmolLM2-135M-Instruct-DFlash-b16)"
                     " is missing")
-    with environment(VLLM_ALLOW_INSECURE_SERIALIZATION="1"), engine(target_path) as llm:
-        results["plain_batch"] = token_ids(generate(llm, PROMPTS))
-        results["plain_single"] = token_ids(generate(llm, SINGLE_PROMPTS, one_at_a_time=True))
-        results["plain_arena_cache"] = llm.collective_rpc(calls["arena_cache"])[0]
+    results["plain_batch"] = token_ids(generate(plain_llm, PROMPTS))
+    results["plain_single"] = token_ids(generate(plain_llm, SINGLE_PROMPTS, one_at_a_time=True))
+    with environment(VLLM_ALLOW_INSECURE_SERIALIZATION="1"):
+        results["plain_arena_cache"] = plain_llm.collective_rpc(calls["arena_cache"])[0]
 
     # The plugin as `dflash serve` runs it on CPU, with the executor that returns draft ids with
     # the sampled tokens; the random-drafter engine below keeps vLLM's own executor.

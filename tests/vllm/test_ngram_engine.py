@@ -78,14 +78,13 @@ def no_draft_passes():
 
 
 @pytest.fixture(scope="module")
-def runs(target_path):
+def runs(target_path, plain_llm):
     drafter = shipped_drafter()
     if drafter is None:
         pytest.skip("needs the shipped drafter")
     prompt_sets = [[p] for p in COPY_PROMPTS] + [COPY_PROMPTS + OTHER_PROMPTS]
-    with engine(target_path, None, num_speculative_tokens=K, **ENGINE_ARGS) as llm:
-        plain = answers(llm, prompt_sets)
-        plain_cached = cached_answers(llm)
+    plain = answers(plain_llm, prompt_sets)
+    plain_cached = cached_answers(plain_llm)
     # As `dflash serve` configures DFlash: the prefix cache's last block is not dropped
     with environment(DFLASH_NGRAM_DRAFTS="on", DFLASH_STATS_EVERY="0",
                      VLLM_ALLOW_INSECURE_SERIALIZATION="1"), \
@@ -219,15 +218,14 @@ def sample(llm):
 
 
 @pytest.fixture(scope="module")
-def samples(target_path):
+def samples(target_path, plain_llm):
     drafter = shipped_drafter()
     if drafter is None:
         pytest.skip("needs the shipped drafter")
     args = dict(ENGINE_ARGS, max_model_len=256, max_num_seqs=128)
     force, accept_every_draft = force_lookup()
     results = {}
-    with engine(target_path, None, num_speculative_tokens=K, **args) as llm:
-        results["plain"] = sample(llm)
+    results["plain"] = sample(plain_llm)
     # Verification nearly free in the cost model, so that lookup drafts are verified at any
     # batch size (the preset would verify none with 128 requests in the step).
     with environment(VLLM_ALLOW_INSECURE_SERIALIZATION="1", DFLASH_NGRAM_DRAFTS="on",

@@ -96,14 +96,13 @@ def worker_calls():
 
 
 @pytest.fixture(scope="module")
-def samples(target_path):
+def samples(target_path, plain_llm):
     drafter = shipped_drafter()
     if drafter is None:
         pytest.fail("the shipped drafter is missing")
     calls = worker_calls()
     results = {}
-    with start_engine(target_path, None, num_speculative_tokens=K, **ENGINE_ARGS) as llm:
-        results["plain"] = sample(llm)
+    results["plain"] = sample(plain_llm)
     with environment(VLLM_ALLOW_INSECURE_SERIALIZATION="1", DFLASH_DRAFT_POLICY="full"), \
             start_engine(target_path, drafter, num_speculative_tokens=K,
                          distributed_executor_backend=DRAFT_IDS_EXECUTOR,

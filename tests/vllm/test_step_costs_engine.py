@@ -51,13 +51,12 @@ def answers(llm, prompt_sets):
 
 
 @pytest.fixture(scope="module")
-def runs(target_path):
+def runs(target_path, plain_llm):
     drafter = shipped_drafter()
     if drafter is None:
         pytest.skip("needs the shipped drafter")
     prompt_sets = [[p] for p in PROMPTS] + [PROMPTS]  # batch 1, then a batch: several N and B
-    with engine(target_path, None, num_speculative_tokens=K, **ENGINE_ARGS) as llm:
-        plain = answers(llm, prompt_sets)
+    plain = answers(plain_llm, prompt_sets)
     refit_often, clock_state = worker_calls()
     with environment(DFLASH_DRAFT_POLICY="adaptive", DFLASH_STATS_EVERY="0",
                      VLLM_ALLOW_INSECURE_SERIALIZATION="1"), \
