@@ -9,13 +9,18 @@ preparation and the scheduler, everything a step pays) and of every draft pass, 
 
 - target steps are grouped by N, the tokens the target processed in the step (all requests);
   each group's median (after dropping idle gaps: times far above that median) is one point, and
-  with two or more groups of `min_samples` each the verify line is fitted through them
-  (`measured_costs.relative_fit`, the fit the CUDA preset comes from). The unit of the model is
-  then the measured plain single-request step, the line at N = 1. With one group only, the
-  preset's verify line is kept and only sets the unit (its time at that N is the measured one);
-  with none, the preset is kept whole;
-- draft passes are grouped by batch size B the same way: fitted with two or more sizes, the
-  preset's draft line scaled through the one measured point with one, the preset's with none.
+  where the groups of `min_samples` each span N by a factor of `SPAN` or more the verify line is
+  fitted through them (`measured_costs.relative_fit`, the fit the CUDA preset comes from). The
+  unit of the model is then the measured plain single-request step, the line at N = 1. Over a
+  narrower span (a server under steady load serves N = 25-32 only) the slope is noise, and a fit
+  that came out flat or through the origin is no line at all: a flat one made verifying 150
+  drafts look free and a server drafted whole blocks for 30 requests at 0.71x plain
+  (docs/benchmarks.md). So there, and where a fit is degenerate, the preset's verify line is
+  kept and only sets the unit (scaled through the measured points); with no group, the preset
+  is kept whole;
+- draft passes are grouped by batch size B the same way: a line fitted where the sizes span
+  SPAN, the preset's draft line scaled through the measured points where they do not (or the fit
+  is degenerate), the preset's with none.
 
 Steps whose longest query is longer than one token plus the drafts (prefill and chunked prefill)
 say nothing about decoding and are left out, and so are their draft passes (they write the whole
@@ -40,6 +45,7 @@ from dflash_plugin.measured_costs import relative_fit
 REFIT_EVERY = 256  # decoding steps between refits
 MIN_SAMPLES = 5  # samples a group needs to be a point of the fit
 GAP_FACTOR = 3.0  # a time above this many times its group's median is an idle gap, not a step
+SPAN = 4.0  # the largest N must be this many times the smallest for a verify line of its own
 KEEP = 64  # newest samples kept per group
 WINDOW = 16 * REFIT_EVERY  # samples older than this many decoding steps are forgotten
 
@@ -137,34 +143,50 @@ class StepClock:
         draft = self._points(self._draft)
         terms = {name: getattr(preset, name) for name in COST_TERMS}
         verify_source, draft_source, unit_ms = "preset", "preset", None
-        if len(verify) >= 2:
-            sizes = list(verify)
-            fixed, per_token = relative_fit([float(n) for n in sizes], [verify[n] for n in sizes])
+        line = _line(verify)
+        if line is not None:
+            fixed, per_token = line
             unit_ms = fixed + per_token  # the line at N = 1: one plain single-request step
             terms.update(verify_fixed=fixed / unit_ms, verify_per_token=per_token / unit_ms)
             verify_source = "measured"
-        elif len(verify) == 1:
-            (size, ms), = verify.items()
-            unit_ms = ms / preset.verify_time(size)
-        if unit_ms is not None and len(draft) >= 2:
-            batches = list(draft)
-            fixed, per_request = relative_fit([float(b) for b in batches],
-                                              [draft[b] / unit_ms for b in batches])
-            terms.update(draft_fixed=fixed, draft_per_request=per_request)
-            draft_source = "measured"
-        elif unit_ms is not None and len(draft) == 1:
-            (batch, ms), = draft.items()
-            observed, expected = ms / unit_ms, preset.draft_time(batch)
-            if expected > 0:
-                terms.update(draft_fixed=preset.draft_fixed * observed / expected,
-                             draft_per_request=preset.draft_per_request * observed / expected)
+        elif verify:
+            unit_ms = _scale(verify, preset.verify_time)
+        if unit_ms is not None and draft:
+            points = {batch: ms / unit_ms for batch, ms in draft.items()}
+            line = _line(points)
+            if line is not None:
+                terms.update(draft_fixed=line[0], draft_per_request=line[1])
+                draft_source = "measured"
+            elif preset.draft_fixed + preset.draft_per_request > 0:
+                factor = _scale(points, preset.draft_time)
+                terms.update(draft_fixed=preset.draft_fixed * factor,
+                             draft_per_request=preset.draft_per_request * factor)
+                draft_source = "scaled"
             else:
-                terms.update(draft_fixed=observed, draft_per_request=0.0)
-            draft_source = "scaled"
+                terms.update(draft_fixed=_scale(points, lambda batch: 1.0), draft_per_request=0.0)
+                draft_source = "scaled"
         for name in self.pinned & terms.keys():
             terms[name] = getattr(preset, name)
         return MeasuredCosts(replace(preset, **terms), self.steps, verify_source, draft_source,
                              unit_ms)
+
+
+def _line(points: dict[int, float]) -> tuple[float, float] | None:
+    """(fixed, per-unit) of the line fitted through `points` (size -> time), or None where
+    they cannot tell a line: sizes spanning less than SPAN, or a fit clamped flat or through the
+    origin (times that fall with size, or noise over a short span)."""
+    if len(points) < 2 or max(points) < SPAN * min(points):
+        return None
+    sizes = list(points)
+    fixed, per_unit = relative_fit([float(n) for n in sizes], [points[n] for n in sizes])
+    return (fixed, per_unit) if fixed > 0 and per_unit > 0 else None
+
+
+def _scale(points: dict[int, float], shape) -> float:
+    """The factor s that brings s * shape(size) closest to `points` in relative error (the
+    fit's measure): a preset's line kept, through the measured times."""
+    ratios = [shape(size) / time for size, time in points.items()]
+    return sum(ratios) / sum(r * r for r in ratios)
 
 
 def _usable(ms: float) -> bool:

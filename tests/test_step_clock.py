@@ -134,6 +134,61 @@ def test_one_step_size_keeps_the_presets_verify_line_and_sets_the_unit():
     assert measured.costs.draft_time(1) == pytest.approx(draft_ms(1) / measured.plain_ms)
 
 
+def steady_load_steps(times_fall_with_n: bool):
+    """A server under steady load: every step N = 25-32 (no drafts verified), each size 8
+    times. With `times_fall_with_n`, noise makes the larger steps a little faster."""
+    steps = []
+    for n in range(25, 33):
+        ms = target_ms(n) * ((1.0 - 0.004 * (n - 25)) if times_fall_with_n else 1.0)
+        steps += [(n, n, 1, ms)] * 8
+    return steps
+
+
+@pytest.mark.parametrize("times_fall_with_n", [True, False])
+def test_a_narrow_span_of_step_sizes_keeps_the_presets_verify_line(times_fall_with_n):
+    """Fitted over N = 25-32, a line is noise: falling times used to give a flat model, under
+    which verifying any number of drafts cost nothing. The preset's line stays, scaled through
+    the measured points, so a 32-request step costs what was measured."""
+    clock = StepClock(PRESET, 1 + K)
+    for n, batch, longest, ms in steady_load_steps(times_fall_with_n):
+        clock.target_step(n, batch, longest, ms)
+    measured = clock.fit()
+    assert measured.verify == "preset"
+    costs = measured.costs
+    assert (costs.verify_fixed, costs.verify_per_token) == \
+        (PRESET.verify_fixed, PRESET.verify_per_token)
+    assert costs.verify_time(32) * measured.plain_ms == pytest.approx(target_ms(32), rel=0.03)
+    # what a flat model would have said: 150 drafts on 30 requests cost nothing
+    assert costs.verify_time(30 + 150) > 1.5 * costs.verify_time(30)
+
+
+def test_a_wide_span_whose_fit_is_clamped_keeps_the_presets_verify_line():
+    """Times that fall with N over N = 1-32 (a machine that got quieter between the small
+    steps and the large ones): relative_fit clamps the line flat, which is no line at all."""
+    clock = StepClock(PRESET, 1 + K)
+    for n in (1, 2, 4, 8, 16, 32):
+        for _ in range(8):
+            clock.target_step(n, n, 1, 40.0 - n)
+    measured = clock.fit()
+    assert measured.verify == "preset"
+    assert measured.costs.verify_per_token == PRESET.verify_per_token
+    assert measured.plain_ms is not None
+
+
+def test_draft_passes_over_a_narrow_span_scale_the_presets_draft_line():
+    """Draft passes for 1 and 2 requests only: their line's slope is not measured, so the
+    preset's draft line is scaled through both points."""
+    clock = StepClock(PRESET, 1 + K)
+    feed(clock, decoding_steps(512, batches=(1, 2), noise=0.0))
+    measured = clock.fit()
+    assert (measured.verify, measured.draft) == ("measured", "scaled")
+    costs = measured.costs
+    assert costs.draft_fixed / costs.draft_per_request == pytest.approx(
+        PRESET.draft_fixed / PRESET.draft_per_request)
+    for batch in (1, 2):  # the truth lies on neither side of the scaled line by much
+        assert costs.draft_time(batch) == pytest.approx(draft_ms(batch) / PLAIN_MS, rel=0.25)
+
+
 def test_no_samples_or_too_few_keep_the_preset():
     measured = StepClock(PRESET, 1 + K).fit()
     assert measured == MeasuredCosts(PRESET, 0, "preset", "preset", None)
@@ -321,10 +376,11 @@ def test_the_propose_hook_feeds_the_clock():
 
 def test_refits_that_change_nothing_log_at_debug_only(caplog):
     policy = DraftPolicy(PolicyMode.ADAPTIVE, PRESET, K)
-    drafting = Drafting(policy, clock=StepClock(PRESET, 1 + K, refit_every=64))
+    # 128 steps a refit: enough for every step size of the first one to be a point
+    drafting = Drafting(policy, clock=StepClock(PRESET, 1 + K, refit_every=128))
     drafting.now = time = FakeTime()
     with caplog.at_level(logging.DEBUG, logger="vllm.vllm_ext.drafting"):
-        for n, batch, longest, t_ms, d_ms in decoding_steps(3 * 64 + 1, seed=6, noise=0.0):
+        for n, batch, longest, t_ms, d_ms in decoding_steps(3 * 128 + 1, seed=6, noise=0.0):
             time.advance(t_ms)
             with drafting.timing_step(fake_cad(query_lengths(n, batch, longest))):
                 with drafting.timing_draft_pass():

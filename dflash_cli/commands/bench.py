@@ -453,6 +453,9 @@ def _row(algorithm: str, concurrency: int, samples: list[_Sample],
     if len(walls) > 1:
         row["repeats"] = len(walls)
         row["output_tokens_per_s_runs"] = bench.per_run_rates(results, walls)
+        if counted and len(samples) == len(walls):  # one sample a run: its own counters
+            row["num_drafts_runs"] = [int(s.counted["vllm:spec_decode_num_drafts"])
+                                      for s in samples]
     if quiet:
         return row
     print(f"[bench] {algorithm} c={concurrency}: {row['output_tokens_per_s']} tok/s, "

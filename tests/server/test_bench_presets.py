@@ -150,6 +150,7 @@ def test_restarts_pool_every_start_of_every_server(tmp_path, monkeypatch):
         assert r["restarts"] == 3 and r["repeats"] == 6
         # 10, 20 and 30 tokens/s, two runs each: every start is in the pool
         assert r["output_tokens_per_s_runs"] == [10.0, 10.0, 20.0, 20.0, 30.0, 30.0]
+        assert "num_drafts_runs" not in r  # a start's runs share one counter reading
     saved = json.loads((tmp_path / "b.json").read_text())
     assert [r["restarts"] for r in saved["rows"]] == [3] * 4
 
@@ -174,8 +175,9 @@ def test_interleaved_restarts_alternate_and_pool_every_start(tmp_path, monkeypat
         speed = sum(e == ("start", name) for e in events)  # the n-th start runs n times as fast
         results = [bench.RequestResult(ok=True, latency_s=1.0, ttft_s=0.1, output_tokens=10)
                    for _ in range(concurrency)]
-        return bench_command._Sample(results, [concurrency / speed],
-                                     dict.fromkeys(bench.SPEC_COUNTERS, 0.0))
+        counted = dict.fromkeys(bench.SPEC_COUNTERS, 0.0)
+        counted["vllm:spec_decode_num_drafts"] = 7.0 * speed
+        return bench_command._Sample(results, [concurrency / speed], counted)
 
     def prime(base_url, model, prompts, concurrency, args):
         events.append(("prime", base_url.removeprefix("http://"), concurrency))
@@ -200,6 +202,8 @@ def test_interleaved_restarts_alternate_and_pool_every_start(tmp_path, monkeypat
     for r in rows:
         assert r["restarts"] == 2 and r["repeats"] == 4
         assert r["output_tokens_per_s_runs"] == [10.0, 10.0, 20.0, 20.0]  # both starts pooled
+        # each run's own drafts beside its rate (no speculation counts none)
+        assert r.get("num_drafts_runs") == (None if r["algorithm"] == "none" else [7, 7, 14, 14])
     saved = json.loads((tmp_path / "b.json").read_text())
     assert [r["restarts"] for r in saved["rows"]] == [2] * 4
 
