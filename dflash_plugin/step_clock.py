@@ -45,7 +45,7 @@ from dflash_plugin.measured_costs import relative_fit
 REFIT_EVERY = 256  # decoding steps between refits
 MIN_SAMPLES = 5  # samples a group needs to be a point of the fit
 GAP_FACTOR = 3.0  # a time above this many times its group's median is an idle gap, not a step
-SPAN = 4.0  # the largest N must be this many times the smallest for a verify line of its own
+SPAN = 4.0  # the largest size must be this many times the smallest for a line of its own
 KEEP = 64  # newest samples kept per group
 WINDOW = 16 * REFIT_EVERY  # samples older than this many decoding steps are forgotten
 
@@ -157,13 +157,12 @@ class StepClock:
             if line is not None:
                 terms.update(draft_fixed=line[0], draft_per_request=line[1])
                 draft_source = "measured"
-            elif preset.draft_fixed + preset.draft_per_request > 0:
-                factor = _scale(points, preset.draft_time)
-                terms.update(draft_fixed=preset.draft_fixed * factor,
-                             draft_per_request=preset.draft_per_request * factor)
-                draft_source = "scaled"
-            else:
-                terms.update(draft_fixed=_scale(points, lambda batch: 1.0), draft_per_request=0.0)
+            else:  # the preset's shape, or a fixed cost where the preset prices drafts at 0
+                fixed, per_request = ((preset.draft_fixed, preset.draft_per_request)
+                                      if preset.draft_fixed + preset.draft_per_request > 0
+                                      else (1.0, 0.0))
+                factor = _scale(points, lambda batch: fixed + per_request * batch)
+                terms.update(draft_fixed=fixed * factor, draft_per_request=per_request * factor)
                 draft_source = "scaled"
         for name in self.pinned & terms.keys():
             terms[name] = getattr(preset, name)

@@ -189,6 +189,18 @@ def test_draft_passes_over_a_narrow_span_scale_the_presets_draft_line():
         assert costs.draft_time(batch) == pytest.approx(draft_ms(batch) / PLAIN_MS, rel=0.25)
 
 
+def test_a_preset_that_prices_drafts_at_zero_gets_a_measured_fixed_draft_cost():
+    """No shape to scale: the draft passes' time becomes a fixed cost, the same at every B."""
+    preset = replace(PRESET, draft_fixed=0.0, draft_per_request=0.0)
+    clock = StepClock(preset, 1 + K)
+    feed(clock, decoding_steps(512, batches=(1, 2), noise=0.0))
+    measured = clock.fit()
+    assert measured.draft == "scaled"
+    costs = measured.costs
+    assert costs.draft_per_request == 0.0
+    assert draft_ms(1) / PLAIN_MS < costs.draft_fixed < draft_ms(2) / PLAIN_MS
+
+
 def test_no_samples_or_too_few_keep_the_preset():
     measured = StepClock(PRESET, 1 + K).fit()
     assert measured == MeasuredCosts(PRESET, 0, "preset", "preset", None)
