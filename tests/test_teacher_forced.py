@@ -20,19 +20,28 @@ from dflash_plugin.train.teacher_forced import (
     target_confidence,
     teacher_forced_tau,
     tree_acceptance,
+    with_pass_length,
 )
 from core_helpers import EOS
 
 pytestmark = pytest.mark.slow
 
 
+@pytest.mark.parametrize("positions", [None, 5])
 def test_teacher_forced_acceptance_matches_decoding(target_f32, shipped_drafter_f32,
-                                                    chat_prompts):
+                                                    chat_prompts, positions):
+    """Also for a draft pass shorter than the trained block (`with_pass_length`): what
+    decoding with that many positions a pass accepts."""
     drafter = shipped_drafter_f32
+    if positions is not None:
+        drafter = with_pass_length(drafter, positions)
+        assert drafter.block_size == positions and shipped_drafter_f32.block_size == 16
+        assert drafter.fc is shipped_drafter_f32.fc  # the same weights
     matched = compared = 0
     new_tokens = 48
     for prompt in chat_prompts[:3]:
-        out = SpecDecoder(target_f32, drafter).generate(prompt, new_tokens, stop_token_ids={EOS})
+        out = (SpecDecoder(target_f32, drafter, block_size=drafter.block_size)
+               .generate(prompt, new_tokens, stop_token_ids={EOS}))
         ids = prompt[0].tolist() + out.token_ids
         prompt_len = prompt.shape[1]
         capture = FeatureCapture(target_f32, drafter.fields.target_layer_ids)
@@ -41,6 +50,7 @@ def test_teacher_forced_acceptance_matches_decoding(target_f32, shipped_drafter_
         accepted = block_acceptance(drafter, target_f32.get_input_embeddings(),
                                     target_f32.get_output_embeddings(), feats, ids, prompt_len)
         assert accepted.numel() == len(out.token_ids) - 1
+        assert int(accepted.max()) <= drafter.block_size
         anchor = 0  # answer position of the bonus token each decoding step drafted after
         for step_accepted in out.stats.accept_lengths[:-1]:  # the last is cut by the length
             # Near the length limit decoding drafts a shorter block, whose masks the drafter
@@ -172,3 +182,9 @@ def test_target_confidence_of_its_own_greedy_answer_is_its_top_probability(targe
     first_right = sum(c for c in res["a"]["accepted_lengths"][1:]) / res["a"]["blocks"]
     pooled = sum(b["share"] * b["first_right"] for b in table.values() if b["share"])
     assert pooled == pytest.approx(first_right, abs=1e-3)
+
+
+def test_a_pass_length_outside_the_trained_block_is_refused(shipped_drafter_f32):
+    for positions in (1, 17):
+        with pytest.raises(ValueError, match="2..16 positions"):
+            with_pass_length(shipped_drafter_f32, positions)

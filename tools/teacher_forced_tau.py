@@ -20,7 +20,8 @@ import torch
 
 from dflash_plugin.draft_vocab import load_drafter_for_target
 from dflash_plugin.target import load_target, resolve_target
-from dflash_plugin.train.teacher_forced import answer_sequences, teacher_forced_tau
+from dflash_plugin.train.teacher_forced import (answer_sequences, teacher_forced_tau,
+                                                 with_pass_length)
 
 
 def named(value: str) -> tuple[str, str]:
@@ -51,12 +52,17 @@ def main():
     parser.add_argument("--by-confidence", action="store_true",
                         help="also each drafter's first-token accuracy per bucket of the "
                              "target's confidence in that token")
+    parser.add_argument("--pass-length", type=int, action="append", default=[],
+                        help="also each drafter with a draft pass of this many positions (bonus "
+                             "included) instead of its trained block, as NAME@P")
     parser.add_argument("--output", type=Path)
     args = parser.parse_args()
     torch.manual_seed(args.seed)
     target, _ = load_target(resolve_target(None), dtype=torch.float32)
     drafters = {name: load_drafter_for_target(target, path, torch.float32)
                 for name, path in args.drafter}
+    drafters |= {f"{name}@{p}": with_pass_length(d, p)
+                 for name, d in list(drafters.items()) for p in args.pass_length}
     skip = set()
     for path in args.skip_ids_from:
         skip |= {r["id"] for r in read_records(path, set())}

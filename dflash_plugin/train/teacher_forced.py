@@ -9,6 +9,9 @@ answers that matter (docs/history.md, round 18).
 
 from __future__ import annotations
 
+import copy
+import dataclasses
+
 import numpy as np
 import torch
 
@@ -19,6 +22,18 @@ from dflash_plugin.ngram import find_ngram_draft
 from dflash_plugin.train.batches import draft_block_batch, leading_matches, make_block_batch
 from dflash_plugin.train.feature_store import target_features
 from dflash_plugin.tree import DraftTree, top_candidates
+
+
+def with_pass_length(drafter, positions: int):
+    """The same drafter (weights shared) drafting `positions` query positions a pass, the bonus
+    token included, instead of its trained block: what a shorter, cheaper draft pass accepts
+    (its masks see fewer masks after them than in training)."""
+    if not 2 <= positions <= drafter.block_size:
+        raise ValueError(f"a pass has 2..{drafter.block_size} positions (the trained block), "
+                         f"got {positions}")
+    short = copy.copy(drafter)
+    short.fields = dataclasses.replace(drafter.fields, block_size=positions)
+    return short
 
 
 def answer_sequences(records: list[dict], answer_tokens: int) -> list[tuple[list[int], int]]:
