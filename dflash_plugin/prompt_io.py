@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -10,9 +11,11 @@ from dflash_plugin.errors import DFlashError
 
 
 def json_lines(path: str | Path) -> Iterator[tuple[int, str, object]]:
-    """(line number, line, parsed value) of each non-blank line of a JSON-lines file; a line
-    that is not JSON raises DFlashError naming the file and line."""
-    with open(path, encoding="utf-8") as f:
+    """(line number, line, parsed value) of each non-blank line of a JSON-lines file, gzipped
+    when the name ends in .gz; a line that is not JSON raises DFlashError naming the file and
+    line."""
+    opener = gzip.open if str(path).endswith(".gz") else open
+    with opener(path, "rt", encoding="utf-8") as f:
         for number, line in enumerate(f, 1):
             if not line.strip():
                 continue

@@ -15,7 +15,6 @@ decode can be replayed from those lengths without running it
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import time
 from collections import defaultdict
@@ -29,6 +28,7 @@ from dflash_plugin.draft_vocab import load_drafter_for_target
 from dflash_plugin.features import FeatureCapture
 from dflash_plugin.lookup_tree import graft, two_branch_tree
 from dflash_plugin.ngram import lookup_continuation
+from dflash_plugin.prompt_io import json_lines
 from dflash_plugin.target import load_target, resolve_target
 from dflash_plugin.train.feature_store import target_features
 from dflash_plugin.train.teacher_forced import (
@@ -55,8 +55,7 @@ def spliced(chain: list[int], history: np.ndarray) -> list[int]:
 
 
 def read_answers(path: Path) -> list[dict]:
-    with gzip.open(path, "rt") if path.suffix == ".gz" else path.open() as f:
-        return [json.loads(line) for line in f if line.strip()]
+    return [record for _, _, record in json_lines(path)]
 
 
 def shapes_at(log_probs, ids, history: np.ndarray, budgets: list[int],

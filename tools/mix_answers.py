@@ -14,21 +14,21 @@ long run resumed on another machine can rebuild the same folder.
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import random
 from pathlib import Path
 
+from dflash_plugin.prompt_io import json_lines
+from dflash_plugin.train.responses import FOLLOWUP_SUFFIX
+
 
 def read_answers(path: str | Path) -> list[dict]:
-    opener = gzip.open if str(path).endswith(".gz") else open
-    with opener(path, "rt") as f:
-        return [json.loads(line) for line in f if line.strip()]
+    return [record for _, _, record in json_lines(path)]
 
 
 def prompt_of(record: dict) -> str:
     """The id of the prompt a record answers: a follow-up's first turn."""
-    return record["id"].split("/", 1)[0]
+    return record["id"].removesuffix(FOLLOWUP_SUFFIX)
 
 
 def hold_out(records: list[dict], prompts: int, rng: random.Random) -> tuple[list, list]:

@@ -10,7 +10,6 @@ teacher_forced.py): the same sequences for every drafter, drawn with a fixed see
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import random
 import time
@@ -19,6 +18,7 @@ from pathlib import Path
 import torch
 
 from dflash_plugin.draft_vocab import load_drafter_for_target
+from dflash_plugin.prompt_io import json_lines
 from dflash_plugin.target import load_target, resolve_target
 from dflash_plugin.train.teacher_forced import (answer_sequences, teacher_forced_tau,
                                                  with_pass_length)
@@ -32,10 +32,7 @@ def named(value: str) -> tuple[str, str]:
 
 
 def read_records(path: str, skip_ids: set[str]) -> list[dict]:
-    opener = gzip.open if path.endswith(".gz") else open
-    with opener(path, "rt") as f:
-        rows = [json.loads(line) for line in f if line.strip()]
-    return [r for r in rows if r["id"] not in skip_ids]
+    return [r for _, _, r in json_lines(path) if r["id"] not in skip_ids]
 
 
 def main():
