@@ -10,11 +10,10 @@ table under "Answered so far" and the paragraph after it that estimates what is 
 from __future__ import annotations
 
 import argparse
-import gzip
-import json
 import re
 from pathlib import Path
 
+from dflash_plugin.prompt_io import json_lines
 from dflash_plugin.train.repeats import trim_loop
 
 DATA = Path(__file__).resolve().parent.parent / "train_data" / "smollm2-135m-real"
@@ -27,10 +26,7 @@ PHASES = ((881, "float32, to the cap"), (1177, "bf16, to the cap"), (None, "bf16
 
 def read_records(data: Path) -> list[dict]:
     plain, packed = data / "responses.partial.jsonl", data / "responses.partial.jsonl.gz"
-    path = plain if plain.is_file() else packed
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt") as f:
-        return [json.loads(line) for line in f if line.strip()]
+    return [rec for _, _, rec in json_lines(plain if plain.is_file() else packed)]
 
 
 def phase_rows(records: list[dict]) -> list[dict]:
@@ -96,8 +92,7 @@ def main():
                         help="prompts per second of the answer run, for the estimate")
     args = parser.parse_args()
     records = read_records(args.data)
-    with gzip.open(args.data / "prompts.jsonl.gz", "rt") as f:
-        num_prompts = sum(1 for line in f if line.strip())
+    num_prompts = sum(1 for _ in json_lines(args.data / "prompts.jsonl.gz"))
     rows = phase_rows(records)
     notes = args.data / "ANSWERS.md"
     progress = table(rows, len(records))
